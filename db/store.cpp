@@ -1,0 +1,425 @@
+#include "store.hpp"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <istream>
+#include <ostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "db/schema_sql.hpp"
+#include "model/error.hpp"
+
+namespace celtune::db {
+namespace {
+
+[[noreturn]] void fail_db(sqlite3* db, const std::string& path, const std::string& what) {
+  fail_env("database " + path + ": " + what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+}
+
+// A prepared statement, finalized on scope exit. Bind by 1-based position.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& path, const char* sql) : db_(db), path_(path) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK) fail_db(db, path, "prepare");
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, int64_t v) { return check(sqlite3_bind_int64(st_, i, v)); }
+  Stmt& bind(int i, int v) { return bind(i, static_cast<int64_t>(v)); }
+  Stmt& bind(int i, double v) { return check(sqlite3_bind_double(st_, i, v)); }
+  Stmt& bind(int i, const std::string& v) {
+    return check(sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  // Returns true while there is a row. Busy/locked surfaces as SQLITE_BUSY for the
+  // transaction retry loop to handle.
+  bool step() {
+    const int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) throw Busy{};
+    fail_db(db_, path_, "step");
+  }
+  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
+  double f64(int c) const { return sqlite3_column_double(st_, c); }
+  std::string text(int c) const {
+    const auto* t = sqlite3_column_text(st_, c);
+    return t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(sqlite3_column_bytes(st_, c)))
+             : std::string();
+  }
+  struct Busy {};
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail_db(db_, path_, "bind");
+    return *this;
+  }
+  sqlite3* db_;
+  const std::string& path_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+void exec(sqlite3* db, const std::string& path, const char* sql) {
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
+  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+    sqlite3_free(err);
+    throw Stmt::Busy{};
+  }
+  if (rc != SQLITE_OK) {
+    std::string m = err ? err : sqlite3_errmsg(db);
+    sqlite3_free(err);
+    fail_env("database " + path + ": " + m);
+  }
+}
+
+std::string canonical_json(const KernelConfig& c) { return nlohmann::json(c).dump(); }
+
+// Column list shared by the readers, so both SELECTs decode the same way.
+constexpr const char* kDeviceCols =
+    "d.name, d.arch, d.sm_count, d.memory_bytes, d.driver, d.runtime, d.cublaslt, d.cublaslt_version";
+
+DeviceInfo read_device(const Stmt& s, int c0) {
+  DeviceInfo d;
+  d.name = s.text(c0);
+  d.arch = s.text(c0 + 1);
+  d.sm_count = static_cast<int>(s.i64(c0 + 2));
+  d.memory_bytes = s.i64(c0 + 3);
+  d.driver = s.text(c0 + 4);
+  d.runtime = s.text(c0 + 5);
+  d.cublaslt = s.text(c0 + 6);
+  d.cublaslt_version = s.i64(c0 + 7);
+  return d;
+}
+
+Stats read_stats(const Stmt& s, int c0) {
+  return Stats{s.f64(c0), s.f64(c0 + 1), s.f64(c0 + 2), s.i64(c0 + 3), s.f64(c0 + 4)};
+}
+
+}  // namespace
+
+Store::Store(const std::string& path, Access access) : path_(path), access_(access) {
+  const int flags = access == Access::read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  if (sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+    std::string m = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    fail_env("cannot open database " + path + ": " + m);
+  }
+  try {
+    // Another tuner may hold the write lock for a while; wait for it rather than fail.
+    sqlite3_busy_timeout(db_, 10000);
+    exec(db_, path_, "PRAGMA foreign_keys = ON");
+    migrate();
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+void Store::migrate() {
+  int version = 0;
+  {
+    Stmt s(db_, path_, "PRAGMA user_version");  // also the first read: a non-database fails here
+    if (s.step()) version = static_cast<int>(s.i64(0));
+  }
+  if (version > kSchemaVersion)
+    fail_env("database " + path_ + " has schema version " + std::to_string(version) +
+             ", newer than this celtune understands (" + std::to_string(kSchemaVersion) + ")");
+  if (version == kSchemaVersion) {
+    // The version lives in the 100-byte header, which survives truncation; reading
+    // the schema table touches the first page and the catalogue, so a damaged
+    // file fails here, at open, instead of at some later query.
+    Stmt s(db_, path_,
+           "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+           "('devices', 'problems', 'configs', 'measurements', 'best')");
+    if (!s.step() || s.i64(0) != 5) fail_env("database " + path_ + " is missing celtune tables");
+    return;
+  }
+  if (access_ == Access::read_only) {
+    fail_env("database " + path_ + (version == 0 ? " is not a celtune database (no schema)"
+                                                 : " has an old schema and is opened read-only"));
+  }
+  // WAL lets the runtime read while a tuner writes; set once, it sticks to the file.
+  exec(db_, path_, "PRAGMA journal_mode = WAL");
+  write([&] {
+    int v = 0;
+    Stmt s(db_, path_, "PRAGMA user_version");
+    if (s.step()) v = static_cast<int>(s.i64(0));
+    if (v == 0) {  // migration 0 → 1: the initial schema
+      bool empty = true;
+      Stmt t(db_, path_, "SELECT count(*) FROM sqlite_master");
+      if (t.step()) empty = t.i64(0) == 0;
+      if (!empty) fail_env("database " + path_ + " holds tables but no celtune schema version; refusing to touch it");
+      exec(db_, path_, kSchemaSql);
+      exec(db_, path_, "PRAGMA user_version = 1");
+    }
+    // Future migrations: if (v < 2) { … ; PRAGMA user_version = 2 }
+  });
+}
+
+void Store::write(const std::function<void()>& fn) {
+  if (access_ == Access::read_only) fail_env("database " + path_ + " is open read-only");
+  if (tx_depth_ > 0) {  // nested: part of the caller's transaction
+    fn();
+    return;
+  }
+  // BEGIN IMMEDIATE takes the write lock up front, so a transaction never has to
+  // upgrade (and deadlock) halfway. The busy timeout waits inside SQLite; this
+  // loop retries the whole transaction if that wait still ends busy.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      exec(db_, path_, "BEGIN IMMEDIATE");
+    } catch (const Stmt::Busy&) {
+      if (attempt >= 20) fail_env("database " + path_ + " stayed locked by another writer; nothing was written");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
+      continue;
+    }
+    ++tx_depth_;
+    try {
+      fn();
+      exec(db_, path_, "COMMIT");
+      --tx_depth_;
+      return;
+    } catch (const Stmt::Busy&) {
+      --tx_depth_;
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      if (attempt >= 20) fail_env("database " + path_ + " stayed locked by another writer; nothing was written");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
+    } catch (...) {
+      --tx_depth_;
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+}
+
+int64_t Store::device_id(const DeviceInfo& d) {
+  Stmt ins(db_, path_,
+           "INSERT INTO devices (name, arch, sm_count, memory_bytes, driver, runtime, cublaslt, cublaslt_version) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING");
+  ins.bind(1, d.name).bind(2, d.arch).bind(3, d.sm_count).bind(4, d.memory_bytes).bind(5, d.driver);
+  ins.bind(6, d.runtime).bind(7, d.cublaslt).bind(8, d.cublaslt_version);
+  ins.step();
+  Stmt sel(db_, path_,
+           "SELECT id FROM devices WHERE name = ?1 AND arch = ?2 AND sm_count = ?3 AND memory_bytes = ?4 "
+           "AND driver = ?5 AND runtime = ?6 AND cublaslt = ?7");
+  sel.bind(1, d.name).bind(2, d.arch).bind(3, d.sm_count).bind(4, d.memory_bytes).bind(5, d.driver);
+  sel.bind(6, d.runtime).bind(7, d.cublaslt);
+  if (!sel.step()) fail_env("database " + path_ + ": device row vanished");
+  return sel.i64(0);
+}
+
+int64_t Store::problem_id(const Problem& p) {
+  Stmt ins(db_, path_,
+           "INSERT INTO problems (key, family, tokens, hidden, vocab, dtype, mode) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+           "ON CONFLICT DO NOTHING");
+  ins.bind(1, p.key()).bind(2, std::string(to_string(p.family))).bind(3, p.tokens).bind(4, p.hidden);
+  ins.bind(5, p.vocab).bind(6, std::string(to_string(p.dtype))).bind(7, std::string(to_string(p.mode)));
+  ins.step();
+  Stmt sel(db_, path_, "SELECT id FROM problems WHERE key = ?1");
+  sel.bind(1, p.key());
+  if (!sel.step()) fail_env("database " + path_ + ": problem row vanished");
+  return sel.i64(0);
+}
+
+int64_t Store::config_id(const KernelConfig& c) {
+  const std::string j = canonical_json(c);
+  Stmt ins(db_, path_, "INSERT INTO configs (json) VALUES (?1) ON CONFLICT DO NOTHING");
+  ins.bind(1, j).step();
+  Stmt sel(db_, path_, "SELECT id FROM configs WHERE json = ?1");
+  sel.bind(1, j);
+  if (!sel.step()) fail_env("database " + path_ + ": config row vanished");
+  return sel.i64(0);
+}
+
+void Store::record(const Measurement& m) {
+  write([&] {
+    const int64_t d = device_id(m.device), p = problem_id(m.problem), c = config_id(m.config);
+    Stmt s(db_, path_,
+           "INSERT INTO measurements (device_id, problem_id, config_id, kernel_hash, status, reason, median_ms, "
+           "p20_ms, p80_ms, samples, spread, clock_start_mhz, clock_end_mhz, created_at) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) "
+           "ON CONFLICT (device_id, problem_id, config_id, kernel_hash) DO UPDATE SET status = excluded.status, "
+           "reason = excluded.reason, median_ms = excluded.median_ms, p20_ms = excluded.p20_ms, "
+           "p80_ms = excluded.p80_ms, samples = excluded.samples, spread = excluded.spread, "
+           "clock_start_mhz = excluded.clock_start_mhz, clock_end_mhz = excluded.clock_end_mhz, "
+           "created_at = excluded.created_at");
+    s.bind(1, d).bind(2, p).bind(3, c).bind(4, m.kernel_hash).bind(5, m.status).bind(6, m.reason);
+    s.bind(7, m.stats.median_ms).bind(8, m.stats.p20_ms).bind(9, m.stats.p80_ms).bind(10, m.stats.samples);
+    s.bind(11, m.stats.spread).bind(12, m.clock_start_mhz).bind(13, m.clock_end_mhz).bind(14, m.created_at);
+    s.step();
+  });
+}
+
+void Store::put_best(const BestEntry& b) {
+  write([&] {
+    const int64_t d = device_id(b.device), p = problem_id(b.problem), c = config_id(b.config);
+    Stmt s(db_, path_,
+           "INSERT OR REPLACE INTO best (device_id, problem_id, config_id, median_ms, p20_ms, p80_ms, samples, "
+           "spread, default_ms, speedup, celtune_version, kernel_hash, cublaslt, created_at) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
+    s.bind(1, d).bind(2, p).bind(3, c).bind(4, b.stats.median_ms).bind(5, b.stats.p20_ms);
+    s.bind(6, b.stats.p80_ms).bind(7, b.stats.samples).bind(8, b.stats.spread).bind(9, b.default_ms);
+    s.bind(10, b.speedup).bind(11, b.celtune_version).bind(12, b.kernel_hash).bind(13, b.cublaslt);
+    s.bind(14, b.created_at);
+    s.step();
+  });
+}
+
+bool Store::offer_best(const BestEntry& b) {
+  bool kept = false;
+  write([&] {
+    const int64_t d = device_id(b.device), p = problem_id(b.problem);
+    Stmt s(db_, path_, "SELECT median_ms FROM best WHERE device_id = ?1 AND problem_id = ?2");
+    s.bind(1, d).bind(2, p);
+    // Ties keep what is stored, so merging a database with itself changes nothing.
+    kept = !s.step() || b.stats.median_ms < s.f64(0);
+    if (kept) put_best(b);
+  });
+  return kept;
+}
+
+std::vector<BestEntry> Store::best_entries() const {
+  std::vector<BestEntry> out;
+  Stmt s(db_, path_,
+         (std::string("SELECT ") + kDeviceCols +
+          ", p.key, c.json, b.median_ms, b.p20_ms, b.p80_ms, b.samples, b.spread, b.default_ms, b.speedup, "
+          "b.celtune_version, b.kernel_hash, b.cublaslt, b.created_at FROM best b JOIN devices d ON d.id = "
+          "b.device_id JOIN problems p ON p.id = b.problem_id JOIN configs c ON c.id = b.config_id "
+          "ORDER BY d.name, d.arch, d.driver, d.id, p.key")
+             .c_str());
+  while (s.step()) {
+    BestEntry b;
+    b.device = read_device(s, 0);
+    b.problem = Problem::from_key(s.text(8));
+    b.config = parse_config_json(s.text(9));
+    b.stats = read_stats(s, 10);
+    b.default_ms = s.f64(15);
+    b.speedup = s.f64(16);
+    b.celtune_version = s.text(17);
+    b.kernel_hash = s.text(18);
+    b.cublaslt = s.text(19);
+    b.created_at = s.text(20);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<Measurement> Store::measurements() const {
+  std::vector<Measurement> out;
+  Stmt s(db_, path_,
+         (std::string("SELECT ") + kDeviceCols +
+          ", p.key, c.json, m.median_ms, m.p20_ms, m.p80_ms, m.samples, m.spread, m.kernel_hash, m.status, "
+          "m.reason, m.clock_start_mhz, m.clock_end_mhz, m.created_at FROM measurements m JOIN devices d ON d.id = "
+          "m.device_id JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id "
+          "ORDER BY d.name, d.arch, d.driver, d.id, p.key, c.json, m.kernel_hash")
+             .c_str());
+  while (s.step()) {
+    Measurement m;
+    m.device = read_device(s, 0);
+    m.problem = Problem::from_key(s.text(8));
+    m.config = parse_config_json(s.text(9));
+    m.stats = read_stats(s, 10);
+    m.kernel_hash = s.text(15);
+    m.status = s.text(16);
+    m.reason = s.text(17);
+    m.clock_start_mhz = s.f64(18);
+    m.clock_end_mhz = s.f64(19);
+    m.created_at = s.text(20);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::optional<Measurement> Store::find_measurement(const DeviceInfo& d, const Problem& p, const KernelConfig& c,
+                                                   const std::string& kernel_hash) const {
+  Stmt s(db_, path_,
+         "SELECT m.median_ms, m.p20_ms, m.p80_ms, m.samples, m.spread, m.status, m.reason, m.clock_start_mhz, "
+         "m.clock_end_mhz, m.created_at FROM measurements m JOIN devices d ON d.id = m.device_id "
+         "JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id "
+         "WHERE d.name = ?1 AND d.arch = ?2 AND d.sm_count = ?3 AND d.memory_bytes = ?4 AND d.driver = ?5 "
+         "AND d.runtime = ?6 AND d.cublaslt = ?7 AND p.key = ?8 AND c.json = ?9 AND m.kernel_hash = ?10");
+  s.bind(1, d.name).bind(2, d.arch).bind(3, d.sm_count).bind(4, d.memory_bytes).bind(5, d.driver);
+  s.bind(6, d.runtime).bind(7, d.cublaslt).bind(8, p.key()).bind(9, canonical_json(c)).bind(10, kernel_hash);
+  if (!s.step()) return std::nullopt;
+  Measurement m;
+  m.device = d, m.problem = p, m.config = c, m.kernel_hash = kernel_hash;
+  m.stats = read_stats(s, 0);
+  m.status = s.text(5);
+  m.reason = s.text(6);
+  m.clock_start_mhz = s.f64(7);
+  m.clock_end_mhz = s.f64(8);
+  m.created_at = s.text(9);
+  return m;
+}
+
+void export_jsonl(const Store& s, std::ostream& out) {
+  for (const auto& b : s.best_entries()) {
+    nlohmann::json j = b;
+    j["record"] = "best";
+    out << j.dump() << '\n';
+  }
+  for (const auto& m : s.measurements()) {
+    nlohmann::json j = m;
+    j["record"] = "measurement";
+    out << j.dump() << '\n';
+  }
+}
+
+ImportCounts import_jsonl(Store& s, std::istream& in) {
+  ImportCounts n;
+  // Parse everything first, so a bad line leaves the database untouched.
+  std::vector<BestEntry> best;
+  std::vector<Measurement> meas;
+  int64_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      const auto kind = j.at("record").get<std::string>();
+      if (kind == "best") {
+        best.push_back(j.get<BestEntry>());
+        best.back().problem.validate();
+        validate_config(best.back().problem, best.back().config);
+      } else if (kind == "measurement") {
+        meas.push_back(j.get<Measurement>());
+        meas.back().problem.validate();
+        if (meas.back().status != "ok" && meas.back().status != "failed")
+          fail_usage("status must be 'ok' or 'failed'");
+      } else {
+        fail_usage("unknown record kind '" + kind + "'");
+      }
+    } catch (const nlohmann::json::exception& e) {
+      fail_usage("import line " + std::to_string(line_no) + ": " + e.what());
+    } catch (const Error& e) {
+      fail_usage("import line " + std::to_string(line_no) + ": " + e.what());
+    }
+  }
+  s.write([&] {
+    for (const auto& m : meas) s.record(m), ++n.measurements;
+    for (const auto& b : best) n.best_kept += s.offer_best(b), ++n.best_offered;
+  });
+  return n;
+}
+
+ImportCounts merge_into(Store& into, const Store& from) {
+  ImportCounts n;
+  const auto meas = from.measurements();
+  const auto best = from.best_entries();
+  into.write([&] {
+    for (const auto& m : meas) into.record(m), ++n.measurements;
+    for (const auto& b : best) n.best_kept += into.offer_best(b), ++n.best_offered;
+  });
+  return n;
+}
+
+}  // namespace celtune::db

@@ -1,0 +1,82 @@
+// The SQLite store: open (creating and migrating when writable), write
+// measurements and best configs, read them back, import/export JSON lines.
+//
+// Every statement is prepared with bound parameters; nothing is built by pasting
+// input into SQL. Every write runs inside one IMMEDIATE transaction, retried when
+// another writer holds the lock (WAL lets readers go on meanwhile), so concurrent
+// tuners lose nothing. A database that cannot be used throws Error(environment).
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "records.hpp"
+
+struct sqlite3;
+
+namespace celtune::db {
+
+enum class Access { read_only, read_write };
+
+class Store {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  // read_write creates the file and schema if needed and migrates older schemas;
+  // read_only never creates or changes a file. Both refuse a newer schema.
+  Store(const std::string& path, Access access);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Runs fn inside one write transaction (retried as a whole on contention).
+  void write(const std::function<void()>& fn);
+
+  // Inserts or replaces the measurement with the same (device, problem, config,
+  // kernel hash). Call inside write() to batch, or alone.
+  void record(const Measurement& m);
+  // Stores b unless an entry for the same (device, problem) is already faster.
+  // Returns whether b is now the stored one.
+  bool offer_best(const BestEntry& b);
+  // Stores b, replacing any entry for the same (device, problem).
+  void put_best(const BestEntry& b);
+
+  std::vector<BestEntry> best_entries() const;  // ordered by device, problem key
+  std::vector<Measurement> measurements() const;  // ordered by device, problem, config
+  std::optional<Measurement> find_measurement(const DeviceInfo& d, const Problem& p, const KernelConfig& c,
+                                              const std::string& kernel_hash) const;
+
+ private:
+  int64_t device_id(const DeviceInfo& d);
+  int64_t problem_id(const Problem& p);
+  int64_t config_id(const KernelConfig& c);
+  void migrate();
+
+  std::string path_;
+  Access access_;
+  sqlite3* db_ = nullptr;
+  int tx_depth_ = 0;
+};
+
+// One JSON object per line: {"record":"best",…} or {"record":"measurement",…},
+// sorted, so that an export is a stable, reviewable text file.
+void export_jsonl(const Store& s, std::ostream& out);
+
+struct ImportCounts {
+  int64_t best_offered = 0, best_kept = 0, measurements = 0;
+};
+// All or nothing: a malformed line throws Error(usage) naming its line number and
+// nothing from the file is stored.
+ImportCounts import_jsonl(Store& s, std::istream& in);
+
+// Copies every measurement and best entry of `from` into `into`; per (device,
+// problem) the faster best entry wins.
+ImportCounts merge_into(Store& into, const Store& from);
+
+}  // namespace celtune::db

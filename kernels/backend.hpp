@@ -1,0 +1,65 @@
+// The one interface between everything above the kernels (validate, bench, tune,
+// the runtime) and an implementation of both kernel families on one device.
+//
+// Backends receive a Problem and a KernelConfig and never see the database.
+// Two exist: the CPU backend (kernels/cpu), which runs the same chunked algorithm
+// as the GPU in fp32, and the CUDA backend (kernels/cuda.*), built when CUDA is.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/device.hpp"
+#include "model/host_case.hpp"
+#include "model/problem.hpp"
+
+namespace celtune {
+
+// Inputs and outputs resident on the backend's device, so that timing measures the
+// kernels alone. Created by Backend::prepare, run any number of times.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // Runs once; returns the elapsed time in milliseconds as the backend measures it
+  // (CUDA events around the work on a GPU, a steady clock on the CPU).
+  virtual double run_timed(const KernelConfig& c) = 0;
+  // Evicts the inputs from the caches that would otherwise make repeat runs
+  // faster than a real training step (the GPU's L2).
+  virtual void flush_caches() {}
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const DeviceInfo& device() const = 0;
+
+  // Throws Error(usage) with the reason if this backend cannot run the config for
+  // the problem (beyond validate_config: its compiled table, alignment, limits).
+  virtual void check(const Problem& p, const KernelConfig& c) const = 0;
+
+  // Device scratch a config needs beyond inputs and outputs (the tuner's budget).
+  virtual size_t scratch_bytes(const Problem& p, const KernelConfig& c) const = 0;
+
+  // Runs once on host inputs and returns host outputs. Outputs are poisoned (NaN)
+  // on the device before the run, so an element never written stays NaN.
+  virtual HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) = 0;
+
+  // Random inputs resident on the device for timing.
+  virtual std::unique_ptr<Workload> prepare(const Problem& p, uint64_t seed) = 0;
+};
+
+// "cpu", a CUDA ordinal ("0", "cuda:0"), or "" for the default: the first CUDA GPU,
+// else the CPU. Throws Error(environment) for a device that does not exist.
+std::unique_ptr<Backend> open_backend(const std::string& device);
+
+// Every device this build can run on: CUDA GPUs first, then the CPU.
+std::vector<DeviceInfo> list_devices();
+
+// Whether this build has the CUDA backend, and whether a CUDA GPU is present.
+bool cuda_built();
+int cuda_device_count();
+
+}  // namespace celtune

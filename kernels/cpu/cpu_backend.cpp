@@ -1,0 +1,393 @@
+// CPU backend for both kernel families.
+//
+// What it computes: flce-math.md, in fp32 with fp32 accumulation, with the
+// GPU's rounding points: the logits tile is rounded to the input dtype (as the
+// cuBLASLt GEMM writes it), dZ is rounded to the input dtype before the gradient
+// GEMMs, and gradient accumulation across chunks happens in fp32 or in the output
+// dtype as the config says.
+//
+// How (the same schedule as kernels/flce):
+//   for each row chunk R (row_chunk rows):
+//     pass 1, for each vocabulary chunk C (v_chunk columns):
+//       tile = X[R]·W[C]ᵀ + b[C]           (ce: tile = Z[R, C])
+//       fold the tile into a fresh (max, sum-exp) partial, BLOCK_SIZE columns at a
+//       time, and merge it into the row's running pair with the ⊕ rule
+//       one pass (C covers V): the LSE is final here, so dZ overwrites the tile and
+//       dX[R] = dZ·W, dW += dZᵀ·X[R], db += Σ_rows dZ
+//     pass 2 (C narrower than V): recompute each tile and do the same with the
+//       final LSE, accumulating dX[R] across chunks.
+// Rows go to threads inside a chunk (OpenMP); dW and db columns go to threads by
+// vocabulary index, so every output element has one writer and a fixed order:
+// results are deterministic.
+#include "cpu_backend.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <thread>
+
+#include "model/error.hpp"
+#include "model/numerics.hpp"
+
+namespace celtune::cpu {
+namespace {
+
+// Running online-softmax state of one row, plus the two sums the loss needs.
+struct RowState {
+  float m = -std::numeric_limits<float>::infinity();  // running max of ẑ
+  float d = 0.0f;                                      // Σ exp(ẑ − m)
+  float z_target = 0.0f;                               // ẑ at the target
+  float z_sum = 0.0f;                                  // Σ ẑ (label smoothing)
+};
+
+// (m1,d1) ⊕ (m2,d2), flce-math.md step 3. Guarded so that two empty partials
+// (m = −inf) merge to an empty partial instead of NaN.
+inline void merge(float& m, float& d, float m2, float d2) {
+  const float M = std::max(m, m2);
+  if (M == -std::numeric_limits<float>::infinity()) return;
+  d = d * std::exp(m - M) + d2 * std::exp(m2 - M);
+  m = M;
+}
+
+inline float softcap(float z, float s) { return s > 0.0f ? s * std::tanh(z / s) : z; }
+
+class Runner {
+ public:
+  Runner(const Problem& p, const KernelConfig& c, const HostCase& in) : p_(p), c_(c), in_(in) {
+    N_ = p.tokens, H_ = p.hidden, V_ = p.vocab;
+    rc_ = c.row_chunk_for(p), vc_ = c.v_chunk_for(p);
+    s_ = static_cast<float>(p.loss.softcap);
+    eps_ = static_cast<float>(p.loss.label_smoothing);
+    lam_ = static_cast<float>(p.loss.z_loss);
+    bwd_ = p.mode == Mode::forward_backward;
+  }
+
+  HostOutputs operator()() {
+    check_targets();
+    HostOutputs out;
+    out.token_loss.assign(static_cast<size_t>(N_), 0.0f);
+    out.lse.assign(static_cast<size_t>(N_), 0.0f);
+    const bool flce = p_.family == Family::flce;
+    if (bwd_) {
+      if (flce) {
+        out.dx.assign(static_cast<size_t>(N_ * H_), 0.0f);
+        dw_acc_.assign(static_cast<size_t>(V_ * H_), 0.0f);
+        if (p_.bias) db_acc_.assign(static_cast<size_t>(V_), 0.0f);
+      } else {
+        out.grad_logits.assign(static_cast<size_t>(N_ * V_), 0.0f);
+      }
+    }
+    tile_.resize(static_cast<size_t>(rc_ * vc_));
+    const int64_t n_row_chunks = (N_ + rc_ - 1) / rc_;
+    // dW needs an fp32 accumulator unless there is a single row chunk (then each
+    // element is written once) or the config asks for output-dtype accumulation.
+    dw_in_out_dtype_ = !c_.dw_acc_fp32 && n_row_chunks > 1;
+    for (int64_t r0 = 0; r0 < N_; r0 += rc_) row_chunk(r0, std::min(rc_, N_ - r0), out);
+
+    if (bwd_ && flce) {
+      out.dw.resize(dw_acc_.size());
+      for (size_t k = 0; k < dw_acc_.size(); ++k) out.dw[k] = round_to(p_.dtype, dw_acc_[k]);
+      if (p_.bias) {
+        out.db.resize(db_acc_.size());
+        for (size_t k = 0; k < db_acc_.size(); ++k) out.db[k] = round_to(p_.dtype, db_acc_[k]);
+      }
+    }
+    double total = 0.0;
+    for (float l : out.token_loss) total += l;
+    out.loss = static_cast<float>(p_.loss.reduction == Reduction::mean
+                                      ? (in_.n_valid ? total / static_cast<double>(in_.n_valid) : 0.0)
+                                      : total);
+    return out;
+  }
+
+ private:
+  void check_targets() const {
+    for (int64_t i = 0; i < N_; ++i) {
+      const int64_t t = in_.targets[static_cast<size_t>(i)];
+      if (t != p_.loss.ignore_index && (t < 0 || t >= V_))
+        fail_usage("target " + std::to_string(t) + " at token " + std::to_string(i) +
+                   " is outside [0, V) and is not ignore_index");
+    }
+  }
+
+  // tile[r, j] = logits of row r0+r, column v0+j, rounded as the GEMM rounds.
+  void fill_tile(int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* t = &tile_[static_cast<size_t>(r * vc_)];
+      if (p_.family == Family::ce) {
+        const float* z = &in_.logits[static_cast<size_t>((r0 + r) * V_ + v0)];
+        std::copy(z, z + cols, t);
+        continue;
+      }
+      const float* x = &in_.x[static_cast<size_t>((r0 + r) * H_)];
+      for (int64_t j = 0; j < cols; ++j) {
+        const float* w = &in_.w[static_cast<size_t>((v0 + j) * H_)];
+        float acc = 0.0f;
+        for (int64_t k = 0; k < H_; ++k) acc += x[k] * w[k];
+        // cuBLASLt adds the bias in its fp32 epilogue, then rounds once.
+        if (p_.bias) acc += in_.b[static_cast<size_t>(v0 + j)];
+        t[j] = round_to(p_.dtype, acc);
+      }
+    }
+  }
+
+  // Folds columns [0, cols) of each tile row into its RowState, BLOCK_SIZE at a time.
+  void fold_tile(int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
+    const int64_t bs = c_.block_size;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* t = &tile_[static_cast<size_t>(r * vc_)];
+      RowState& st = state_[static_cast<size_t>(r)];
+      const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
+      float pm = -std::numeric_limits<float>::infinity(), pd = 0.0f;  // this chunk's partial
+      for (int64_t b0 = 0; b0 < cols; b0 += bs) {
+        const int64_t b1 = std::min(cols, b0 + bs);
+        float bm = -std::numeric_limits<float>::infinity();
+        bool nan = false;
+        for (int64_t j = b0; j < b1; ++j) {
+          const float z = softcap(t[j], s_);
+          nan |= std::isnan(z);
+          bm = std::max(bm, z);
+        }
+        if (nan) bm = std::numeric_limits<float>::quiet_NaN();  // propagate, as PyTorch does
+        float bd = 0.0f;
+        for (int64_t j = b0; j < b1; ++j) {
+          const float z = softcap(t[j], s_);
+          bd += std::exp(z - bm);
+          st.z_sum += z;
+        }
+        if (std::isnan(bm)) {
+          pm = bm, pd = bm;
+        } else {
+          merge(pm, pd, bm, bd);
+        }
+      }
+      if (std::isnan(pm))
+        st.m = pm, st.d = pm;
+      else
+        merge(st.m, st.d, pm, pd);
+      if (y >= v0 && y < v0 + cols) st.z_target = softcap(t[y - v0], s_);
+    }
+  }
+
+  void finish_rows(int64_t r0, int64_t rows, HostOutputs& out) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowState& st = state_[static_cast<size_t>(r)];
+      const float L = st.m + std::log(st.d);
+      lse_[static_cast<size_t>(r)] = L;
+      out.lse[static_cast<size_t>(r0 + r)] = L;
+      const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
+      float loss = 0.0f;
+      if (y != p_.loss.ignore_index)
+        loss = (1 - eps_) * (L - st.z_target) + eps_ * (L - st.z_sum / static_cast<float>(V_)) + lam_ * L * L;
+      out.token_loss[static_cast<size_t>(r0 + r)] = loss;
+      scale_[static_cast<size_t>(r)] = static_cast<float>(token_grad_scale(p_, in_, r0 + r));
+    }
+  }
+
+  // Overwrites the tile with dZ (rounded to the dtype). The target term is formed
+  // in fp32 before rounding: rounding p first would lose confident tokens' gradient.
+  void tile_to_dz(int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
+    const float inv_v = 1.0f / static_cast<float>(V_);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* t = &tile_[static_cast<size_t>(r * vc_)];
+      const float c = scale_[static_cast<size_t>(r)];
+      if (c == 0.0f) {
+        std::fill(t, t + cols, 0.0f);
+        continue;
+      }
+      const float L = lse_[static_cast<size_t>(r)];
+      const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
+      for (int64_t j = 0; j < cols; ++j) {
+        const float z = softcap(t[j], s_);
+        float g = (1 + 2 * lam_ * L) * std::exp(z - L) - eps_ * inv_v;
+        if (v0 + j == y) g -= (1 - eps_);
+        const float cap = s_ > 0 ? 1 - (z / s_) * (z / s_) : 1.0f;
+        t[j] = round_to(p_.dtype, c * g * cap);
+      }
+    }
+  }
+
+  // Consumes a dZ tile: dX, dW, db (flce) or the dZ output (ce).
+  void apply_dz(int64_t r0, int64_t rows, int64_t v0, int64_t cols, bool last_v_chunk, HostOutputs& out) {
+    if (p_.family == Family::ce) {
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy(&tile_[static_cast<size_t>(r * vc_)], &tile_[static_cast<size_t>(r * vc_ + cols)],
+                  &out.grad_logits[static_cast<size_t>((r0 + r) * V_ + v0)]);
+      return;
+    }
+    const bool single_v = vc_ >= V_;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {  // dX[R] (+)= dZ · W[C]
+      const float* t = &tile_[static_cast<size_t>(r * vc_)];
+      float* acc = dx_acc_.empty() ? nullptr : &dx_acc_[static_cast<size_t>(r * H_)];
+      std::vector<float> part(static_cast<size_t>(H_), 0.0f);
+      for (int64_t j = 0; j < cols; ++j) {
+        if (t[j] == 0.0f) continue;
+        const float* w = &in_.w[static_cast<size_t>((v0 + j) * H_)];
+        for (int64_t k = 0; k < H_; ++k) part[static_cast<size_t>(k)] += t[j] * w[k];
+      }
+      float* dx = &out.dx[static_cast<size_t>((r0 + r) * H_)];
+      for (int64_t k = 0; k < H_; ++k) {
+        if (single_v) {
+          dx[k] = round_to(p_.dtype, part[static_cast<size_t>(k)]);
+        } else if (c_.dx_acc_fp32) {
+          acc[k] += part[static_cast<size_t>(k)];
+          if (last_v_chunk) dx[k] = round_to(p_.dtype, acc[k]);
+        } else {  // output-dtype accumulation: D = round(C + A·B), as cuBLASLt with beta = 1
+          dx[k] = round_to(p_.dtype, dx[k] + part[static_cast<size_t>(k)]);
+        }
+      }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < cols; ++j) {  // dW[C] += dZᵀ · X[R];  db[C] += Σ_rows dZ
+      float* dw = &dw_acc_[static_cast<size_t>((v0 + j) * H_)];
+      std::vector<float> part(static_cast<size_t>(H_), 0.0f);
+      float db = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float g = tile_[static_cast<size_t>(r * vc_ + j)];
+        db += g;
+        if (g == 0.0f) continue;
+        const float* x = &in_.x[static_cast<size_t>((r0 + r) * H_)];
+        for (int64_t k = 0; k < H_; ++k) part[static_cast<size_t>(k)] += g * x[k];
+      }
+      for (int64_t k = 0; k < H_; ++k)
+        dw[k] = dw_in_out_dtype_ ? round_to(p_.dtype, dw[k] + part[static_cast<size_t>(k)])
+                                 : dw[k] + part[static_cast<size_t>(k)];
+      if (p_.bias) db_acc_[static_cast<size_t>(v0 + j)] += db;
+    }
+  }
+
+  void row_chunk(int64_t r0, int64_t rows, HostOutputs& out) {
+    state_.assign(static_cast<size_t>(rows), RowState{});
+    lse_.assign(static_cast<size_t>(rows), 0.0f);
+    scale_.assign(static_cast<size_t>(rows), 0.0f);
+    if (bwd_ && p_.family == Family::flce && vc_ < V_) dx_acc_.assign(static_cast<size_t>(rows * H_), 0.0f);
+    const bool one_pass = vc_ >= V_;
+    for (int64_t v0 = 0; v0 < V_; v0 += vc_) {  // pass 1
+      const int64_t cols = std::min(vc_, V_ - v0);
+      fill_tile(r0, rows, v0, cols);
+      fold_tile(r0, rows, v0, cols);
+      if (one_pass) {
+        finish_rows(r0, rows, out);
+        if (bwd_) {
+          tile_to_dz(r0, rows, v0, cols);
+          apply_dz(r0, rows, v0, cols, true, out);
+        }
+      }
+    }
+    if (one_pass) return;
+    finish_rows(r0, rows, out);
+    if (!bwd_) return;
+    for (int64_t v0 = 0; v0 < V_; v0 += vc_) {  // pass 2: recompute each tile
+      const int64_t cols = std::min(vc_, V_ - v0);
+      fill_tile(r0, rows, v0, cols);
+      tile_to_dz(r0, rows, v0, cols);
+      apply_dz(r0, rows, v0, cols, v0 + vc_ >= V_, out);
+    }
+  }
+
+  const Problem& p_;
+  const KernelConfig& c_;
+  const HostCase& in_;
+  int64_t N_, H_, V_, rc_, vc_;
+  float s_, eps_, lam_;
+  bool bwd_;
+  bool dw_in_out_dtype_ = false;
+  std::vector<float> tile_, lse_, scale_, dx_acc_, dw_acc_, db_acc_;
+  std::vector<RowState> state_;
+};
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      if (pos != std::string::npos) return line.substr(line.find_first_not_of(' ', pos + 1));
+    }
+  return "unknown";
+}
+
+int64_t host_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  while (f >> key >> kb)
+    if (key == "MemTotal:") return kb * 1024;
+  return 0;
+}
+
+class CpuWorkload : public Workload {
+ public:
+  CpuWorkload(const Problem& p, uint64_t seed) : p_(p), in_(make_case(p, CaseSpec{.seed = seed})) {}
+  double run_timed(const KernelConfig& c) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    HostOutputs out = run(p_, c, in_);
+    const auto t1 = std::chrono::steady_clock::now();
+    sink_ += out.loss;  // keep the work observable
+    return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  }
+
+ private:
+  Problem p_;
+  HostCase in_;
+  double sink_ = 0;
+};
+
+class CpuBackend : public Backend {
+ public:
+  CpuBackend() : info_(device_info()) {}
+  const DeviceInfo& device() const override { return info_; }
+  void check(const Problem& p, const KernelConfig& c) const override {
+    p.validate();
+    validate_config(p, c);
+    if (c.fused) fail_usage("the CPU backend has no fused ce variant");
+  }
+  size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override {
+    // The fp32 tile, the row state, and the fp32 accumulators the config asks for.
+    const auto rc = static_cast<size_t>(c.row_chunk_for(p)), vc = static_cast<size_t>(c.v_chunk_for(p));
+    size_t bytes = rc * vc * 4 + rc * (sizeof(RowState) + 8);
+    if (p.family == Family::flce && p.mode == Mode::forward_backward) {
+      bytes += static_cast<size_t>(p.vocab * p.hidden) * 4;
+      if (!c.one_pass(p)) bytes += rc * static_cast<size_t>(p.hidden) * 4;
+    }
+    return bytes;
+  }
+  HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) override {
+    check(p, c);
+    return cpu::run(p, c, in);
+  }
+  std::unique_ptr<Workload> prepare(const Problem& p, uint64_t seed) override {
+    p.validate();
+    return std::make_unique<CpuWorkload>(p, seed);
+  }
+
+ private:
+  DeviceInfo info_;
+};
+
+}  // namespace
+
+HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) {
+  return Runner(p, c, in)();
+}
+
+DeviceInfo device_info() {
+  DeviceInfo d;
+  d.id = "cpu";
+  d.name = "cpu: " + cpu_model_name();
+  d.arch = "cpu";
+  d.sm_count = omp_get_max_threads();
+  d.memory_bytes = host_memory_bytes();
+  return d;
+}
+
+std::unique_ptr<Backend> make_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace celtune::cpu

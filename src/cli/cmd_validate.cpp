@@ -1,0 +1,126 @@
+// celtune validate: run kernels against the fp64 reference and judge each output.
+#include <chrono>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kernels/backend.hpp"
+#include "model/error.hpp"
+#include "output.hpp"
+#include "problem_args.hpp"
+#include "validate/validate.hpp"
+
+namespace celtune::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string device;
+  bool json = false;
+  int64_t seed = -1;
+  std::string config;
+  bool verbose = false;
+  ProblemArgs problem;
+};
+
+std::string worst_summary(const CaseResult& r) {
+  if (!r.error.empty()) return "error";
+  const OutputVerdict* worst = nullptr;
+  double ratio = -1;
+  for (const auto& o : r.outputs) {
+    const double q = o.kernel.rel_l2 / (o.baseline.rel_l2 + 1e-12);
+    if (!o.pass) return o.name + ": " + o.why;
+    if (q > ratio) ratio = q, worst = &o;
+  }
+  if (!worst) return "-";
+  return worst->name + " " + fmt("%.2e", worst->kernel.rel_l2) + " (base " + fmt("%.2e", worst->baseline.rel_l2) +
+         ")";
+}
+
+void print_details(const CaseResult& r, bool all_outputs) {
+  std::cout << (r.pass ? "\npass " : "\nFAIL ") << r.vcase.name << "  seed " << r.vcase.spec.seed << "\n  problem " << r.vcase.problem.key()
+            << "\n  config  " << to_string(r.vcase.config) << '\n';
+  if (!r.error.empty()) std::cout << "  error: " << r.error << '\n';
+  if (!r.deterministic) std::cout << "  two runs on the same inputs differ bitwise\n";
+  for (const auto& o : r.outputs) {
+    if (o.pass && !all_outputs) continue;
+    const auto& k = o.kernel;
+    std::cout << "  " << o.name << ": " << (o.pass ? "pass" : o.why) << "\n    max abs " << fmt("%.3e", k.max_abs) << ", max rel "
+              << fmt("%.3e", k.max_rel) << ", rel L2 " << fmt("%.3e", k.rel_l2) << ", mismatches " << k.mismatches
+              << "/" << k.count << ", non-finite " << k.nonfinite << '\n';
+    for (const auto& m : k.first)
+      std::cout << "    [" << m.index << "] got " << fmt("%.8g", m.got) << "  ref " << fmt("%.8g", m.ref) << '\n';
+  }
+}
+
+}  // namespace
+
+Action register_validate(CLI::App& app) {
+  auto a = std::make_shared<ValidateArgs>();
+  auto* sub = app.add_subcommand(
+      "validate",
+      "Check kernels against the fp64 reference: each output (loss, per-token loss, LSE, dZ/dX/dW/db) must be no "
+      "worse than the unfused low-precision path plus a stated margin. With no problem flags, runs the default case "
+      "matrix (every option and dtype, odd shapes, one and two passes, edge targets, large logits).");
+  sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
+  sub->add_flag("--json", a->json, "Print the full results as JSON");
+  sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)");
+  sub->add_option("--config", a->config, "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}'");
+  sub->add_flag("--verbose", a->verbose, "Print per-output details for passing cases too");
+  add_problem_options(sub, a->problem);
+  return [a] {
+    auto backend = open_backend(a->device);
+    const auto& dev = backend->device();
+    const uint64_t seed = a->seed >= 0 ? static_cast<uint64_t>(a->seed)
+                                       : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
+    std::vector<ValidationCase> cases;
+    if (names_problem(a->problem)) {
+      uint64_t s = seed;
+      for (const Problem& p : build_problems(a->problem)) {
+        ValidationCase vc;
+        vc.problem = p;
+        vc.config = a->config.empty() ? default_config(p) : parse_config_json(a->config);
+        validate_config(p, vc.config);
+        vc.spec.seed = s++;
+        vc.name = p.key();
+        cases.push_back(vc);
+      }
+    } else {
+      if (!a->config.empty()) fail_usage("--config needs a problem (--shape, --tokens/--hidden/--vocab or --model)");
+      cases = default_matrix(seed);
+    }
+    std::string why_device = a->device.empty()
+                                 ? (dev.id == "cpu" ? " (default: no CUDA GPU found, using the CPU backend)"
+                                                    : " (default: first CUDA GPU)")
+                                 : "";
+    if (!a->json)
+      std::cout << "device: " << dev.id << " — " << dev.name << why_device << "\nseed: " << seed << "\n\n";
+
+    std::vector<CaseResult> results;
+    int failed = 0;
+    Table t({"case", "config", "result", "det", "worst output (rel L2 vs truth)", "s"});
+    for (const auto& vc : cases) {
+      results.push_back(validate_case(*backend, vc));
+      const auto& r = results.back();
+      failed += !r.pass;
+      t.add({vc.name, to_string(vc.config), r.pass ? "pass" : "FAIL", r.deterministic ? "yes" : "NO",
+             worst_summary(r), fmt("%.2f", r.seconds)});
+    }
+    if (a->json) {
+      nlohmann::json j{{"device", dev},
+                       {"seed", seed},
+                       {"cases", results},
+                       {"passed", static_cast<int>(results.size()) - failed},
+                       {"failed", failed}};
+      std::cout << j.dump(2) << '\n';
+    } else {
+      t.print(std::cout);
+      for (const auto& r : results)
+        if (!r.pass || a->verbose) print_details(r, a->verbose);
+      std::cout << '\n' << (results.size() - static_cast<size_t>(failed)) << " passed, " << failed << " failed\n";
+    }
+    return failed ? static_cast<int>(Status::failure) : 0;
+  };
+}
+
+}  // namespace celtune::cli

@@ -1,0 +1,25 @@
+// One function per subcommand. Each registers its flags on the app and returns
+// the action main() runs after parsing; actions throw celtune::Error and return
+// the exit status for verdicts (0 pass, 1 fail).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace celtune::cli {
+
+using Action = std::function<int()>;
+
+Action register_devices(CLI::App& app);
+Action register_validate(CLI::App& app);
+Action register_db(CLI::App& app);
+Action register_not_built(CLI::App& app, const std::string& name, const std::string& description,
+                          const std::string& issue);
+
+// The database a command uses when --db is not given: $CELTUNE_DB, else
+// $XDG_DATA_HOME/celtune/celtune.sqlite, else ~/.local/share/celtune/celtune.sqlite.
+std::string default_db_path();
+
+}  // namespace celtune::cli

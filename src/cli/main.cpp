@@ -1,0 +1,68 @@
+// celtune: validate, tune and look up fused cross-entropy kernel configs.
+//
+// Exit codes (one place, here): 0 ok; 1 a validation or tuning verdict failed;
+// 2 usage error (bad flags, malformed shapes, out-of-range options); 3 environment
+// error (no such device, CUDA error, unusable database).
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.hpp"
+#include "model/error.hpp"
+
+#ifndef CELTUNE_VERSION
+#define CELTUNE_VERSION "unknown"
+#endif
+
+int main(int argc, char** argv) {
+  using namespace celtune;
+  CLI::App app{
+      "celtune: fused cross-entropy kernels (ce, flce), validated against fp64 and cuBLAS references,\n"
+      "tuned per GPU and problem shape, stored in SQLite and looked up at run time."};
+  app.set_version_flag("--version", std::string("celtune ") + CELTUNE_VERSION);
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 ok, 1 validation/tuning failure, 2 usage error, 3 environment error.");
+
+  std::map<CLI::App*, cli::Action> actions;
+  auto add = [&](const char* name, cli::Action a) { actions[app.get_subcommand(name)] = std::move(a); };
+  add("devices", cli::register_devices(app));
+  add("validate", cli::register_validate(app));
+  add("tune", cli::register_not_built(app, "tune",
+                              "Search BLOCK_SIZE, the V-chunk and the rest of the config per device and shape, "
+                              "and store the best in SQLite",
+                              "issue 5"));
+  add("bench", cli::register_not_built(app, "bench",
+                              "Time celtune's kernels against the unfused path and the GEMM and bandwidth floors",
+                              "issue 3"));
+  add("db", cli::register_db(app));
+  add("lookup", cli::register_not_built(app, "lookup",
+                              "Print the config the runtime would use for a problem, its source tag and the "
+                              "database entry it came from",
+                              "issue 6"));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message
+    return static_cast<int>(Status::usage);
+  }
+  try {
+    for (auto* sub : app.get_subcommands())
+      if (auto it = actions.find(sub); it != actions.end()) return it->second();
+    return static_cast<int>(Status::usage);
+  } catch (const Error& e) {
+    std::cerr << "celtune: " << e.what() << '\n';
+    return static_cast<int>(e.status());
+  } catch (const std::exception& e) {
+    // Not one of ours: a bug or resource exhaustion. Still an environment error
+    // to the caller, never an abort.
+    std::cerr << "celtune: internal error: " << e.what() << '\n';
+    return static_cast<int>(Status::environment);
+  }
+}

@@ -1,0 +1,150 @@
+#include "problem_args.hpp"
+
+#include <charconv>
+#include <sstream>
+
+#include "model/error.hpp"
+
+namespace celtune::cli {
+
+const std::vector<ModelPreset>& model_presets() {
+  // Classifier shapes of the models people train with large vocabularies.
+  static const std::vector<ModelPreset> p{
+      {"llama3-8b", 4096, 128256, 0.0},  {"llama3-70b", 8192, 128256, 0.0}, {"qwen2.5-7b", 3584, 152064, 0.0},
+      {"gemma2-2b", 2304, 256000, 30.0}, {"mistral-7b", 4096, 32768, 0.0},
+  };
+  return p;
+}
+
+namespace {
+
+int64_t parse_i64(const std::string& s, const char* what) {
+  int64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size())
+    fail_usage(std::string("malformed ") + what + " '" + s + "': expected an integer");
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, sep);) out.push_back(part);
+  if (!s.empty() && s.back() == sep) out.push_back("");
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_tokens(const std::string& s) {
+  std::vector<int64_t> out;
+  const auto dots = s.find("..");
+  if (dots != std::string::npos) {
+    const int64_t lo = parse_i64(s.substr(0, dots), "token range start");
+    const int64_t hi = parse_i64(s.substr(dots + 2), "token range end");
+    if (lo <= 0 || hi < lo) fail_usage("token range '" + s + "' must be positive and ascending");
+    for (int64_t n = lo; n <= hi; n *= 2) out.push_back(n);
+    return out;
+  }
+  for (const auto& part : split(s, ',')) {
+    const int64_t n = parse_i64(part, "token count");
+    if (n <= 0) fail_usage("token count must be positive, got " + part);
+    out.push_back(n);
+  }
+  if (out.empty()) fail_usage("empty token list");
+  return out;
+}
+
+void add_problem_options(CLI::App* app, ProblemArgs& a) {
+  app->add_option("--family", a.family, "Kernel family: flce (fused linear CE) or ce (CE on logits)")
+      ->check(CLI::IsMember({"flce", "ce"}))
+      ->capture_default_str();
+  app->add_option("--shape", a.shape, "Problem shape N,H,V (tokens, hidden, vocab; H is 0 for ce)");
+  app->add_option("--tokens", a.tokens, "Token counts: a list (4096,8192) or a range in powers of two (1024..32768)");
+  app->add_option("--hidden", a.hidden, "Hidden size H");
+  app->add_option("--vocab", a.vocab, "Vocabulary size V");
+  std::string names;
+  for (const auto& m : model_presets()) names += std::string(names.empty() ? "" : ", ") + m.name;
+  app->add_option("--model", a.model, "Model preset giving H, V and softcap: " + names);
+  app->add_option("--dtype", a.dtypes, "Input dtype(s): bf16, fp16, fp32 (default bf16)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->delimiter(',');
+  app->add_option("--target-dtype", a.target_type, "Target index dtype: int32 or int64")
+      ->check(CLI::IsMember({"int32", "int64"}))
+      ->capture_default_str();
+  app->add_option("--ignore-index", a.ignore_index, "Target value whose token is ignored")->capture_default_str();
+  app->add_option("--reduction", a.reduction, "Loss reduction: mean, sum or none")
+      ->check(CLI::IsMember({"mean", "sum", "none"}))
+      ->capture_default_str();
+  app->add_option("--label-smoothing", a.label_smoothing, "Label smoothing ε in [0, 1]")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--softcap", a.softcap, "Logit softcap s (0 = off): z ↦ s·tanh(z/s)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_option("--z-loss", a.z_loss, "z-loss scale λ (adds λ·LSE² per token)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_flag("--bias", a.bias, "Add a bias b [V] to the logits (flce)");
+  app->add_option("--mode", a.modes, "fwd (forward only) and/or fwdbwd (forward+backward); default fwdbwd")
+      ->check(CLI::IsMember({"fwd", "fwdbwd"}))
+      ->delimiter(',');
+}
+
+bool names_problem(const ProblemArgs& a) {
+  return !a.shape.empty() || !a.model.empty() || !a.tokens.empty() || a.hidden || a.vocab;
+}
+
+std::vector<Problem> build_problems(const ProblemArgs& a) {
+  Problem base;
+  base.family = *parse_family(a.family);
+  std::vector<int64_t> tokens;
+  if (!a.model.empty()) {
+    const ModelPreset* m = nullptr;
+    for (const auto& p : model_presets())
+      if (a.model == p.name) m = &p;
+    if (!m) {
+      std::string names;
+      for (const auto& p : model_presets()) names += std::string(names.empty() ? "" : ", ") + p.name;
+      fail_usage("unknown model preset '" + a.model + "' (known: " + names + ")");
+    }
+    base.hidden = m->hidden, base.vocab = m->vocab, base.loss.softcap = m->softcap;
+  }
+  if (!a.shape.empty()) {
+    const auto f = split(a.shape, ',');
+    if (f.size() != 3) fail_usage("malformed --shape '" + a.shape + "': expected N,H,V");
+    tokens.push_back(parse_i64(f[0], "N in --shape"));
+    base.hidden = parse_i64(f[1], "H in --shape");
+    base.vocab = parse_i64(f[2], "V in --shape");
+  }
+  if (a.hidden) base.hidden = a.hidden;
+  if (a.vocab) base.vocab = a.vocab;
+  if (!a.tokens.empty()) tokens = parse_tokens(a.tokens);
+  if (tokens.empty()) fail_usage("no token count: give --tokens or --shape N,H,V");
+  if (base.vocab <= 0) fail_usage("no vocabulary size: give --vocab, --shape or --model");
+  base.target_type = *parse_target_type(a.target_type);
+  base.loss.ignore_index = a.ignore_index;
+  base.loss.reduction = *parse_reduction(a.reduction);
+  base.loss.label_smoothing = a.label_smoothing;
+  if (a.softcap > 0) base.loss.softcap = a.softcap;
+  base.loss.z_loss = a.z_loss;
+  base.bias = a.bias;
+  std::vector<DType> dtypes;
+  for (const auto& d : a.dtypes) dtypes.push_back(*parse_dtype(d));
+  if (dtypes.empty()) dtypes.push_back(DType::bf16);
+  std::vector<Mode> modes;
+  for (const auto& m : a.modes) modes.push_back(*parse_mode(m));
+  if (modes.empty()) modes.push_back(Mode::forward_backward);
+  std::vector<Problem> out;
+  for (int64_t n : tokens)
+    for (DType d : dtypes)
+      for (Mode m : modes) {
+        Problem p = base;
+        p.tokens = n, p.dtype = d, p.mode = m;
+        p.validate();
+        out.push_back(p);
+      }
+  return out;
+}
+
+}  // namespace celtune::cli

@@ -1,0 +1,51 @@
+// The problem options every subcommand that names a problem shares (validate,
+// bench, tune, lookup): one definition, so flags mean the same everywhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "model/problem.hpp"
+
+namespace celtune::cli {
+
+struct ProblemArgs {
+  std::string family = "flce";
+  std::string shape;   // "N,H,V"
+  std::string tokens;  // list "1024,2048" or range "1024..32768" (powers of two)
+  int64_t hidden = 0, vocab = 0;
+  std::string model;   // preset
+  std::vector<std::string> dtypes;
+  std::string target_type = "int64";
+  int64_t ignore_index = -100;
+  std::string reduction = "mean";
+  double label_smoothing = 0, softcap = 0, z_loss = 0;
+  bool bias = false;
+  std::vector<std::string> modes;
+};
+
+// flags: which groups to register (validate takes no --model-less defaults, etc.)
+void add_problem_options(CLI::App* app, ProblemArgs& a);
+
+// Whether the user named a problem at all (otherwise validate runs its matrix).
+bool names_problem(const ProblemArgs& a);
+
+// Every problem the arguments describe (tokens × dtypes × modes), validated.
+// Throws Error(usage) with the offending flag named.
+std::vector<Problem> build_problems(const ProblemArgs& a);
+
+// "1024..32768" → 1024, 2048, …, 32768; "1,5,9" → 1, 5, 9.
+std::vector<int64_t> parse_tokens(const std::string& s);
+
+struct ModelPreset {
+  const char* name;
+  int64_t hidden, vocab;
+  double softcap;
+};
+const std::vector<ModelPreset>& model_presets();
+
+}  // namespace celtune::cli

@@ -1,0 +1,141 @@
+#include "config.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <ostream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "error.hpp"
+
+namespace celtune {
+
+int64_t KernelConfig::v_chunk_for(const Problem& p) const {
+  return (v_chunk <= 0 || v_chunk >= p.vocab) ? p.vocab : v_chunk;
+}
+
+int64_t KernelConfig::row_chunk_for(const Problem& p) const {
+  return (row_chunk <= 0 || row_chunk >= p.tokens) ? p.tokens : row_chunk;
+}
+
+void validate_config(const Problem& p, const KernelConfig& c) {
+  auto pow2 = [](int64_t v) { return v > 0 && std::has_single_bit(static_cast<uint64_t>(v)); };
+  if (!pow2(c.block_size) || c.block_size < 32 || c.block_size > 65536)
+    fail_usage("block_size must be a power of two in [32, 65536], got " + std::to_string(c.block_size));
+  if (!pow2(c.threads) || c.threads < 32 || c.threads > 1024)
+    fail_usage("threads must be a power of two in [32, 1024], got " + std::to_string(c.threads));
+  if (c.v_chunk < 0) fail_usage("v_chunk must be ≥ 0 (0 = whole vocabulary)");
+  if (c.row_chunk < 0) fail_usage("row_chunk must be ≥ 0 (0 = all tokens)");
+  if (c.rows_per_block < 1 || c.rows_per_block > 64)
+    fail_usage("rows_per_block must be in [1, 64], got " + std::to_string(c.rows_per_block));
+  // A tile wider than a chunk would straddle two chunks' logits.
+  if (c.v_chunk_for(p) < p.vocab && c.block_size > c.v_chunk_for(p))
+    fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
+               std::to_string(c.v_chunk_for(p)));
+  if (p.family == Family::flce && c.fused) fail_usage("'fused' is a ce-family option");
+  if (!c.gemm_algos.empty() && c.gemm_algos.size() != 3)
+    fail_usage("gemm_algos holds one entry per GEMM role (logits, dX, dW): 3, got " +
+               std::to_string(c.gemm_algos.size()));
+}
+
+KernelConfig default_config(const Problem& p) {
+  KernelConfig c;
+  c.block_size = 2048;
+  c.threads = 256;
+  c.rows_per_block = 1;
+  if (p.family == Family::ce) {
+    c.v_chunk = 0;  // one block per row covers the whole vocabulary
+    c.row_chunk = 0;
+    return c;
+  }
+  // flce. Large GEMMs are what make the fused path fast: keep the logits tile
+  // at 2^27 bytes (128 MiB) and make it as tall as possible, since a tall tile
+  // means dW is written few times. One pass when a tile of at least 1024 rows can
+  // hold the whole vocabulary.
+  constexpr int64_t kTileBytes = int64_t{1} << 27;
+  const int64_t bytes = dtype_bytes(p.dtype);
+  const int64_t rows_full_v = kTileBytes / (p.vocab * bytes);
+  if (rows_full_v >= std::min<int64_t>(1024, p.tokens)) {
+    c.v_chunk = 0;
+    c.row_chunk = std::min(p.tokens, rows_full_v);
+  } else {
+    c.row_chunk = std::min<int64_t>(p.tokens, 8192);
+    int64_t vc = kTileBytes / (c.row_chunk * bytes);
+    vc = std::max<int64_t>(2048, vc / 256 * 256);  // multiples of 256 keep GEMMs aligned
+    c.v_chunk = vc >= p.vocab ? 0 : vc;
+  }
+  // Rows that divide into the GEMM's tiles evenly waste no work: round down to 128.
+  if (c.row_chunk > 128) c.row_chunk = c.row_chunk / 128 * 128;
+  if (c.row_chunk >= p.tokens) c.row_chunk = 0;
+  const int64_t vcf = c.v_chunk_for(p);
+  while (c.block_size > 256 && c.block_size > vcf) c.block_size /= 2;
+  c.dw_acc_fp32 = true;
+  c.dx_acc_fp32 = true;
+  return c;
+}
+
+void to_json(nlohmann::json& j, const KernelConfig& c) {
+  j = nlohmann::json{{"block_size", c.block_size},       {"v_chunk", c.v_chunk},
+                     {"row_chunk", c.row_chunk},         {"threads", c.threads},
+                     {"rows_per_block", c.rows_per_block}, {"dw_acc_fp32", c.dw_acc_fp32},
+                     {"dx_acc_fp32", c.dx_acc_fp32},     {"fused", c.fused}};
+  if (!c.gemm_algos.empty()) {
+    j["gemm_algos"] = c.gemm_algos;
+    j["gemm_algos_cublaslt"] = c.gemm_algos_cublaslt;
+  }
+}
+
+void from_json(const nlohmann::json& j, KernelConfig& c) {
+  static const std::set<std::string> known{"block_size", "v_chunk",     "row_chunk",
+                                           "threads",    "rows_per_block", "dw_acc_fp32",
+                                           "dx_acc_fp32", "fused",      "gemm_algos",
+                                           "gemm_algos_cublaslt"};
+  if (!j.is_object()) fail_usage("a config must be a JSON object");
+  for (const auto& [k, v] : j.items())
+    if (!known.count(k)) fail_usage("unknown config key '" + k + "'");
+  KernelConfig d;
+  c = d;
+  try {
+    if (j.contains("block_size")) c.block_size = j.at("block_size").get<int>();
+    if (j.contains("v_chunk")) c.v_chunk = j.at("v_chunk").get<int64_t>();
+    if (j.contains("row_chunk")) c.row_chunk = j.at("row_chunk").get<int64_t>();
+    if (j.contains("threads")) c.threads = j.at("threads").get<int>();
+    if (j.contains("rows_per_block")) c.rows_per_block = j.at("rows_per_block").get<int>();
+    if (j.contains("dw_acc_fp32")) c.dw_acc_fp32 = j.at("dw_acc_fp32").get<bool>();
+    if (j.contains("dx_acc_fp32")) c.dx_acc_fp32 = j.at("dx_acc_fp32").get<bool>();
+    if (j.contains("fused")) c.fused = j.at("fused").get<bool>();
+    if (j.contains("gemm_algos")) c.gemm_algos = j.at("gemm_algos").get<std::vector<std::string>>();
+    if (j.contains("gemm_algos_cublaslt"))
+      c.gemm_algos_cublaslt = j.at("gemm_algos_cublaslt").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail_usage(std::string("config: ") + e.what());
+  }
+}
+
+KernelConfig parse_config_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail_usage(std::string("config is not valid JSON: ") + e.what());
+  }
+  return j.get<KernelConfig>();
+}
+
+std::string to_string(const KernelConfig& c) {
+  std::ostringstream s;
+  s << "bs" << c.block_size << " vc" << (c.v_chunk ? std::to_string(c.v_chunk) : "V") << " rc"
+    << (c.row_chunk ? std::to_string(c.row_chunk) : "N") << " t" << c.threads;
+  if (c.rows_per_block != 1) s << " rpb" << c.rows_per_block;
+  if (!c.dw_acc_fp32) s << " dw:out";
+  if (!c.dx_acc_fp32) s << " dx:out";
+  if (c.fused) s << " fused";
+  if (!c.gemm_algos.empty()) s << " algos";
+  return s.str();
+}
+
+std::ostream& operator<<(std::ostream& o, const KernelConfig& c) { return o << to_string(c); }
+
+}  // namespace celtune

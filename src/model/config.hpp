@@ -1,0 +1,76 @@
+// KernelConfig: the tunables of both kernel families in one plain struct.
+//
+// The tuner searches it, the database stores it as JSON, the runtime resolves it
+// and the kernels receive it. Fields that a family does not use are ignored by it
+// (and left at their defaults by its search space), so one struct serves both and
+// one JSON form round-trips through every layer.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "problem.hpp"
+
+namespace celtune {
+
+struct KernelConfig {
+  // Elements of one online-softmax tile: the CE kernel folds block_size logits of a
+  // row at a time into the running (max, sum-exp) pair. Power of two.
+  int block_size = 1024;
+  // Vocabulary columns per chunk. ≥ V means one pass (gradient from the same
+  // logits tile); < V means two passes (the tile is recomputed once the LSE is
+  // final). For the ce family, the vocabulary span one thread block folds before
+  // partials are merged.
+  int64_t v_chunk = 0;
+  // Rows per chunk (flce): the logits tile is [row_chunk, v_chunk].
+  int64_t row_chunk = 0;
+  // Threads per block of the CE kernel. Power of two, 32…1024.
+  int threads = 256;
+  // Rows handled by one thread block of the CE kernel (ce family).
+  int rows_per_block = 1;
+  // flce backward: accumulate dW across row chunks (dw) and dX across vocabulary
+  // chunks (dx) in fp32 scratch (true) or directly in the output dtype (false).
+  // Irrelevant when there is only one chunk to accumulate, or for fp32 inputs.
+  bool dw_acc_fp32 = true;
+  bool dx_acc_fp32 = true;
+  // ce family: forward+backward in one kernel reading each row once, holding the
+  // row on chip (thread-block cluster with distributed shared memory on sm_90).
+  bool fused = false;
+  // Tuned cuBLASLt algorithms, one per GEMM role (logits, dX, dW), serialised;
+  // empty means the heuristic's first choice. Valid only with the cuBLASLt version
+  // recorded beside them.
+  std::vector<std::string> gemm_algos;
+  int64_t gemm_algos_cublaslt = 0;
+
+  bool operator==(const KernelConfig&) const = default;
+
+  // Chunk sizes clamped to the problem (a v_chunk of 0 or ≥ V means "all of V").
+  int64_t v_chunk_for(const Problem& p) const;
+  int64_t row_chunk_for(const Problem& p) const;
+  bool one_pass(const Problem& p) const { return v_chunk_for(p) >= p.vocab; }
+};
+
+// Throws Error(usage) naming the first constraint a config breaks for a problem.
+// These are the constraints every backend shares; a backend's own limits (the
+// compiled block-size table, shared memory) are checked by the backend.
+void validate_config(const Problem& p, const KernelConfig& c);
+
+// The built-in default: a sensible config for any problem, not the smallest.
+// One pass when the full-vocabulary tile of a reasonable row chunk fits in
+// 256 MiB of scratch; otherwise vocabulary chunks that keep the GEMMs large.
+KernelConfig default_config(const Problem& p);
+
+std::string to_string(const KernelConfig& c);  // compact one-line form
+std::ostream& operator<<(std::ostream&, const KernelConfig&);
+void to_json(nlohmann::json&, const KernelConfig&);
+void from_json(const nlohmann::json&, KernelConfig&);
+
+// Parses a config from JSON text (the --config flag, CELTUNE_CONFIG). Unknown keys
+// are an error: a misspelt key must not silently fall back to a default.
+KernelConfig parse_config_json(const std::string& text);
+
+}  // namespace celtune

@@ -1,0 +1,69 @@
+#include "host_case.hpp"
+
+#include <cmath>
+
+#include "numerics.hpp"
+
+namespace celtune {
+
+double Rng::normal() {
+  // Box–Muller; u1 is kept away from 0 so log() is finite.
+  const double u1 = (static_cast<double>(next() >> 11) + 1.0) * 0x1.0p-53;
+  const double u2 = uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+namespace {
+void fill_normal(std::vector<float>& v, size_t n, double stddev, DType t, Rng& rng) {
+  v.resize(n);
+  for (auto& e : v) e = round_to(t, static_cast<float>(rng.normal() * stddev));
+}
+}  // namespace
+
+HostCase make_case(const Problem& p, const CaseSpec& spec) {
+  Rng rng(spec.seed);
+  HostCase c;
+  const auto N = static_cast<size_t>(p.tokens), V = static_cast<size_t>(p.vocab);
+  if (p.family == Family::ce) {
+    fill_normal(c.logits, N * V, spec.logit_scale, p.dtype, rng);
+  } else {
+    const auto H = static_cast<size_t>(p.hidden);
+    // x ~ N(0,1), w ~ N(0, s²/H) gives logits with standard deviation ≈ s.
+    fill_normal(c.x, N * H, 1.0, p.dtype, rng);
+    fill_normal(c.w, V * H, spec.logit_scale / std::sqrt(static_cast<double>(H)), p.dtype, rng);
+    if (p.bias) fill_normal(c.b, V, 0.5, p.dtype, rng);
+  }
+  c.targets.resize(N);
+  for (size_t i = 0; i < N; ++i) {
+    if (rng.uniform() < spec.ignore_fraction)
+      c.targets[i] = p.loss.ignore_index;
+    else
+      c.targets[i] = rng.below(p.vocab);
+  }
+  if (spec.edge_targets && spec.ignore_fraction < 1.0) {
+    c.targets[0] = 0;
+    if (N > 1) c.targets[N - 1] = p.vocab - 1;
+  }
+  c.n_valid = 0;
+  for (auto t : c.targets) c.n_valid += (t != p.loss.ignore_index);
+  // Upstream gradients away from 1, and non-uniform per token for 'none', so a
+  // kernel that ignores them cannot pass.
+  c.grad_scale = static_cast<float>(0.5 + rng.uniform());
+  if (p.loss.reduction == Reduction::none) {
+    c.grad_tokens.resize(N);
+    for (auto& g : c.grad_tokens) g = static_cast<float>(rng.uniform() * 2.0 - 0.5);
+  }
+  return c;
+}
+
+double token_grad_scale(const Problem& p, const HostCase& c, int64_t i) {
+  if (c.targets[static_cast<size_t>(i)] == p.loss.ignore_index) return 0.0;
+  switch (p.loss.reduction) {
+    case Reduction::mean: return c.n_valid ? static_cast<double>(c.grad_scale) / static_cast<double>(c.n_valid) : 0.0;
+    case Reduction::sum: return c.grad_scale;
+    case Reduction::none: return c.grad_tokens[static_cast<size_t>(i)];
+  }
+  return 0.0;
+}
+
+}  // namespace celtune

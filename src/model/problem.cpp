@@ -1,0 +1,143 @@
+#include "problem.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "error.hpp"
+
+namespace celtune {
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+namespace {
+
+double parse_double_field(const std::string& s, const std::string& what) {
+  double v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size())
+    fail_usage("problem key: bad number '" + s + "' for " + what);
+  return v;
+}
+
+int64_t parse_int_field(const std::string& s, const std::string& what) {
+  int64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size())
+    fail_usage("problem key: bad integer '" + s + "' for " + what);
+  return v;
+}
+
+// Returns the rest of `field` after `prefix`, or fails.
+std::string after(const std::string& field, const std::string& prefix) {
+  if (field.rfind(prefix, 0) != 0)
+    fail_usage("problem key: expected '" + prefix + "…', found '" + field + "'");
+  return field.substr(prefix.size());
+}
+
+template <typename E>
+E parse_enum(std::optional<E> v, const std::string& s, const char* what) {
+  if (!v) fail_usage(std::string("unknown ") + what + " '" + s + "'");
+  return *v;
+}
+
+}  // namespace
+
+void Problem::validate() const {
+  if (tokens <= 0) fail_usage("tokens (N) must be positive, got " + std::to_string(tokens));
+  if (vocab <= 0) fail_usage("vocab (V) must be positive, got " + std::to_string(vocab));
+  if (family == Family::flce && hidden <= 0)
+    fail_usage("hidden (H) must be positive for flce, got " + std::to_string(hidden));
+  if (family == Family::ce && hidden != 0) fail_usage("hidden (H) must be 0 for the ce family");
+  if (family == Family::ce && bias) fail_usage("bias applies to flce only");
+  const auto& o = loss;
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
+    fail_usage("label smoothing must be in [0, 1], got " + format_double(o.label_smoothing));
+  if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
+    fail_usage("softcap must be 0 (off) or a positive number, got " + format_double(o.softcap));
+  if (!(o.z_loss >= 0.0) || !std::isfinite(o.z_loss))
+    fail_usage("z-loss scale must be ≥ 0, got " + format_double(o.z_loss));
+  if (o.ignore_index >= 0 && o.ignore_index < vocab)
+    fail_usage("ignore_index " + std::to_string(o.ignore_index) +
+               " lies inside [0, V): it would hide real targets");
+  if (target_type == TargetType::i32 &&
+      (vocab > INT32_MAX || o.ignore_index < INT32_MIN || o.ignore_index > INT32_MAX))
+    fail_usage("int32 targets cannot hold this vocab or ignore_index");
+}
+
+std::string Problem::key() const {
+  std::ostringstream k;
+  k << to_string(family) << ":N" << tokens << ":H" << hidden << ":V" << vocab << ':'
+    << to_string(dtype) << ':' << to_string(target_type) << ":ign" << loss.ignore_index << ':'
+    << to_string(loss.reduction) << ":ls" << format_double(loss.label_smoothing) << ":cap"
+    << format_double(loss.softcap) << ":z" << format_double(loss.z_loss) << ':'
+    << (bias ? "bias" : "nobias") << ':' << to_string(mode);
+  return k.str();
+}
+
+Problem Problem::from_key(const std::string& key) {
+  std::vector<std::string> f;
+  std::stringstream ss(key);
+  for (std::string part; std::getline(ss, part, ':');) f.push_back(part);
+  if (f.size() != 13) fail_usage("problem key '" + key + "' does not have 13 fields");
+  Problem p;
+  p.family = parse_enum(parse_family(f[0]), f[0], "family");
+  p.tokens = parse_int_field(after(f[1], "N"), "N");
+  p.hidden = parse_int_field(after(f[2], "H"), "H");
+  p.vocab = parse_int_field(after(f[3], "V"), "V");
+  p.dtype = parse_enum(parse_dtype(f[4]), f[4], "dtype");
+  p.target_type = parse_enum(parse_target_type(f[5]), f[5], "target type");
+  p.loss.ignore_index = parse_int_field(after(f[6], "ign"), "ignore_index");
+  p.loss.reduction = parse_enum(parse_reduction(f[7]), f[7], "reduction");
+  p.loss.label_smoothing = parse_double_field(after(f[8], "ls"), "label smoothing");
+  p.loss.softcap = parse_double_field(after(f[9], "cap"), "softcap");
+  p.loss.z_loss = parse_double_field(after(f[10], "z"), "z-loss");
+  if (f[11] != "bias" && f[11] != "nobias") fail_usage("problem key: bad bias field '" + f[11] + "'");
+  p.bias = f[11] == "bias";
+  p.mode = parse_enum(parse_mode(f[12]), f[12], "mode");
+  if (p.key() != key) fail_usage("problem key '" + key + "' is not in canonical form");
+  return p;
+}
+
+void to_json(nlohmann::json& j, const Problem& p) {
+  j = nlohmann::json{{"family", to_string(p.family)},
+                     {"tokens", p.tokens},
+                     {"hidden", p.hidden},
+                     {"vocab", p.vocab},
+                     {"dtype", to_string(p.dtype)},
+                     {"target_type", to_string(p.target_type)},
+                     {"ignore_index", p.loss.ignore_index},
+                     {"reduction", to_string(p.loss.reduction)},
+                     {"label_smoothing", p.loss.label_smoothing},
+                     {"softcap", p.loss.softcap},
+                     {"z_loss", p.loss.z_loss},
+                     {"bias", p.bias},
+                     {"mode", to_string(p.mode)},
+                     {"key", p.key()}};
+}
+
+void from_json(const nlohmann::json& j, Problem& p) {
+  auto str = [&](const char* k) { return j.at(k).get<std::string>(); };
+  p.family = parse_enum(parse_family(str("family")), str("family"), "family");
+  p.tokens = j.at("tokens").get<int64_t>();
+  p.hidden = j.at("hidden").get<int64_t>();
+  p.vocab = j.at("vocab").get<int64_t>();
+  p.dtype = parse_enum(parse_dtype(str("dtype")), str("dtype"), "dtype");
+  p.target_type = parse_enum(parse_target_type(str("target_type")), str("target_type"), "target type");
+  p.loss.ignore_index = j.at("ignore_index").get<int64_t>();
+  p.loss.reduction = parse_enum(parse_reduction(str("reduction")), str("reduction"), "reduction");
+  p.loss.label_smoothing = j.at("label_smoothing").get<double>();
+  p.loss.softcap = j.at("softcap").get<double>();
+  p.loss.z_loss = j.at("z_loss").get<double>();
+  p.bias = j.at("bias").get<bool>();
+  p.mode = parse_enum(parse_mode(str("mode")), str("mode"), "mode");
+}
+
+}  // namespace celtune

@@ -1,0 +1,64 @@
+// A problem is one call of a kernel family: its shape, dtypes and loss options.
+// Everything that changes which config is fastest, or whether a config is valid,
+// belongs here; its key() is what the database indexes on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "types.hpp"
+
+namespace celtune {
+
+// The loss options of flce-math.md, with PyTorch's defaults.
+struct LossOptions {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::mean;
+  double label_smoothing = 0.0;  // ε in [0, 1]
+  double softcap = 0.0;          // s > 0, or 0 for off
+  double z_loss = 0.0;           // λ ≥ 0
+
+  bool operator==(const LossOptions&) const = default;
+};
+
+struct Problem {
+  Family family = Family::flce;
+  int64_t tokens = 0;  // N
+  int64_t hidden = 0;  // H (0 for the ce family, which receives logits)
+  int64_t vocab = 0;   // V
+  DType dtype = DType::bf16;
+  TargetType target_type = TargetType::i64;
+  LossOptions loss;
+  bool bias = false;  // flce only
+  Mode mode = Mode::forward_backward;
+
+  bool operator==(const Problem&) const = default;
+
+  // Throws Error(usage) naming the first thing wrong. Shapes are checked here for
+  // what every backend needs; a backend adds its own limits (alignment) on top.
+  void validate() const;
+
+  // Stable textual key, e.g.
+  //   flce:N4096:H4096:V128256:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd
+  // Doubles print in their shortest round-trip form, so key → problem → key is
+  // the identity. Changing this format invalidates every stored database.
+  std::string key() const;
+  static Problem from_key(const std::string& key);
+
+  // The same problem at another token count (the tuner's correctness gate and the
+  // runtime's nearest-shape lookup both need this).
+  Problem with_tokens(int64_t n) const {
+    Problem p = *this;
+    p.tokens = n;
+    return p;
+  }
+};
+
+void to_json(nlohmann::json&, const Problem&);
+void from_json(const nlohmann::json&, Problem&);
+
+std::string format_double(double v);  // shortest round-trip decimal
+
+}  // namespace celtune

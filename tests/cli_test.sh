@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# CLI invocations and their exit codes: 0 ok, 1 verdict failed, 2 usage, 3 environment.
+# Usage: cli_test.sh path/to/celtune
+set -u
+celtune=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export CELTUNE_DB="$tmp/default.sqlite"
+fails=0 passes=0
+
+expect() {  # expect CODE description -- command...
+  local want=$1 what=$2; shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local got=$?
+  if [ "$got" -eq "$want" ]; then
+    passes=$((passes + 1))
+  else
+    fails=$((fails + 1))
+    echo "FAIL: $what: exit $got, expected $want: $*"
+    sed 's/^/  | /' "$tmp/out" "$tmp/err" | tail -15
+  fi
+}
+contains() {  # contains FILE TEXT description
+  if grep -qF -- "$2" "$tmp/$1"; then passes=$((passes + 1)); else
+    fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; sed 's/^/  | /' "$tmp/$1" | tail -10; fi
+}
+
+expect 0 "version" -- "$celtune" --version
+contains out "celtune " "version text"
+expect 0 "help" -- "$celtune" --help
+for sub in devices validate tune bench db lookup; do
+  expect 0 "$sub --help" -- "$celtune" "$sub" --help
+done
+expect 2 "no subcommand" -- "$celtune"
+expect 2 "unknown flag" -- "$celtune" validate --frobnicate
+expect 2 "unknown subcommand" -- "$celtune" frobnicate
+expect 0 "devices" -- "$celtune" devices
+contains out "cpu" "devices lists the cpu"
+expect 0 "devices --json" -- "$celtune" devices --json
+python3 -c "import json,sys; d=json.load(open('$tmp/out')); assert any(x['id']=='cpu' for x in d)" \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: devices --json is not the device list"; }
+
+# validate: the CPU matrix passes, table and JSON agree on the verdicts.
+expect 0 "validate cpu matrix" -- "$celtune" validate --device cpu --seed 7
+contains out "0 failed" "validate summary"
+contains out "seed: 7" "validate prints its seed"
+cp "$tmp/out" "$tmp/table"
+expect 0 "validate cpu --json" -- "$celtune" validate --device cpu --seed 7 --json
+python3 - "$tmp/out" "$tmp/table" <<'PY' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: --json verdicts differ from the table"; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+table = {}
+for line in open(sys.argv[2]):
+    parts = line.split()
+    if len(parts) > 3 and parts[0].count("/") >= 2:
+        table[parts[0]] = None
+for line in open(sys.argv[2]):
+    for verdict in ("pass", "FAIL"):
+        if f"  {verdict}  " in line:
+            table[line.split()[0]] = verdict == "pass"
+assert j["failed"] == 0 and j["passed"] == len(j["cases"]) == len(table), (j["passed"], len(table))
+for c in j["cases"]:
+    assert table[c["case"]] == c["pass"], c["case"]
+PY
+expect 0 "validate default device" -- "$celtune" validate --seed 3 --shape 5,16,300
+contains out "device:" "validate says which device"
+expect 0 "validate one shape with options" -- "$celtune" validate --device cpu --shape 33,24,517 --dtype bf16,fp32 \
+  --label-smoothing 0.1 --softcap 20 --z-loss 1e-4 --bias --reduction none --config '{"block_size":64,"v_chunk":128,"row_chunk":10}'
+expect 0 "validate ce family" -- "$celtune" validate --device cpu --family ce --shape 9,0,1000 --dtype fp16
+
+# Usage errors: malformed shapes, unknown presets, out-of-range options.
+expect 2 "malformed shape" -- "$celtune" validate --device cpu --shape 12,abc
+expect 2 "shape with two fields" -- "$celtune" validate --device cpu --shape 12,64
+expect 2 "zero tokens" -- "$celtune" validate --device cpu --shape 0,64,100
+expect 2 "unknown preset" -- "$celtune" validate --device cpu --model gpt-17 --tokens 8
+expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1.5
+expect 2 "negative softcap" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -3
+expect 2 "unknown dtype" -- "$celtune" validate --device cpu --shape 4,8,100 --dtype fp8
+expect 2 "bad config json" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"blok":1}'
+expect 2 "config violates constraints" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"block_size":48}'
+expect 2 "bad device name" -- "$celtune" validate --device gpu-please
+expect 2 "ignore_index inside vocab" -- "$celtune" validate --device cpu --shape 4,8,100 --ignore-index 5
+# Environment errors.
+expect 3 "no such CUDA device" -- "$celtune" validate --device 99 --shape 4,8,100
+expect 3 "tune not built" -- "$celtune" tune
+expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
+test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }
+head -c 5000 /dev/urandom >"$tmp/junk.sqlite"
+cp "$tmp/junk.sqlite" "$tmp/junk.copy"
+expect 3 "db list of random bytes" -- "$celtune" db --db "$tmp/junk.sqlite" list
+expect 3 "db import into random bytes" -- "$celtune" db --db "$tmp/junk.sqlite" import /dev/null
+cmp -s "$tmp/junk.sqlite" "$tmp/junk.copy" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a damaged database was modified"; }
+
+# db: import → list → export → merge round trip through the CLI.
+cat >"$tmp/in.jsonl" <<'JL'
+{"record":"best","device":{"name":"GTX fictional","arch":"sm_90","sm_count":132,"memory_bytes":85899345920,"driver":"580.1","runtime":"13.0","cublaslt":"13.0.0","cublaslt_version":130000},"problem":{"family":"flce","tokens":4096,"hidden":4096,"vocab":128256,"dtype":"bf16","target_type":"int64","ignore_index":-100,"reduction":"mean","label_smoothing":0.0,"softcap":0.0,"z_loss":0.0,"bias":false,"mode":"fwdbwd"},"config":{"block_size":2048,"v_chunk":0,"row_chunk":512,"threads":256,"rows_per_block":1,"dw_acc_fp32":true,"dx_acc_fp32":true,"fused":false},"stats":{"median_ms":10.5,"p20_ms":10.4,"p80_ms":10.7,"samples":40,"spread":0.03},"default_ms":12.0,"speedup":1.14,"celtune_version":"0.1.0","kernel_hash":"abc","cublaslt":"13.0.0","created_at":"2026-11-22T00:00:00Z"}
+JL
+sed 's/"median_ms":10.5/"median_ms":9.5/; s/"block_size":2048/"block_size":1024/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
+expect 0 "db import" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/in.jsonl"
+expect 0 "db list" -- "$celtune" db --db "$tmp/a.sqlite" list
+contains out "GTX fictional" "db list shows the entry"
+expect 0 "db export" -- "$celtune" db --db "$tmp/a.sqlite" export --jsonl -o "$tmp/a.jsonl"
+expect 0 "db import faster into b" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp/faster.jsonl"
+expect 0 "db merge" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/m.sqlite"
+expect 0 "db export merged" -- "$celtune" db --db "$tmp/m.sqlite" export
+contains out '"block_size":1024' "merge kept the faster config"
+expect 2 "malformed import line" -- "$celtune" db --db "$tmp/a.sqlite" import <(echo '{"record":"best"}')
+expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
+expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
+contains out "1 best configs" "a failed import lost nothing"
+
+echo "$passes passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,95 @@
+// The CPU backend against the fp64 reference: the default validation matrix,
+// configs that do and do not divide the shape, determinism, bad targets.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/reference/fp64.hpp"
+#include "model/error.hpp"
+#include "validate/validate.hpp"
+
+using namespace celtune;
+
+TEST_CASE("CPU backend passes the default validation matrix") {
+  auto backend = cpu::make_backend();
+  const auto cases = default_matrix(20261122);
+  CHECK(cases.size() >= 100);
+  for (const auto& vc : cases) {
+    CAPTURE(vc.name);
+    const CaseResult r = validate_case(*backend, vc);
+    CHECK(r.error == "");
+    CHECK(r.deterministic);
+    for (const auto& o : r.outputs) {
+      CAPTURE(o.name);
+      CAPTURE(o.why);
+      CHECK(o.pass);
+    }
+  }
+}
+
+TEST_CASE("chunked and one-pass schedules agree across many chunk shapes") {
+  Problem p;
+  p.family = Family::flce, p.tokens = 29, p.hidden = 16, p.vocab = 301, p.dtype = DType::fp32, p.bias = true;
+  p.loss.label_smoothing = 0.05, p.loss.z_loss = 1e-3;
+  const HostCase in = make_case(p, CaseSpec{.seed = 99});
+  const auto truth = reference::run(p, in);
+  for (int64_t vc : {0, 32, 100, 150, 300, 301, 4096})
+    for (int64_t rc : {0, 1, 7, 29})
+      for (int bs : {32, 64, 256}) {
+        KernelConfig c;
+        c.v_chunk = vc, c.row_chunk = rc, c.block_size = bs;
+        if (c.v_chunk_for(p) < p.vocab && bs > c.v_chunk_for(p)) continue;
+        CAPTURE(to_string(c));
+        const HostOutputs out = cpu::run(p, c, in);
+        const auto d = compare(out.dw.data(), truth.dw.data(), truth.dw.size(), 0, 0);
+        const auto x = compare(out.dx.data(), truth.dx.data(), truth.dx.size(), 0, 0);
+        const auto l = compare(out.lse.data(), truth.lse.data(), truth.lse.size(), 0, 0);
+        CHECK(d.rel_l2 < 1e-5);
+        CHECK(x.rel_l2 < 1e-5);
+        CHECK(l.rel_l2 < 1e-6);
+        CHECK(out.loss == doctest::Approx(truth.loss).epsilon(1e-5));
+      }
+}
+
+TEST_CASE("output-dtype accumulation is a real choice and stays within bf16 tolerance") {
+  Problem p;
+  p.family = Family::flce, p.tokens = 64, p.hidden = 32, p.vocab = 777, p.dtype = DType::bf16;
+  const HostCase in = make_case(p, CaseSpec{.seed = 5});
+  KernelConfig acc32, acc16;
+  acc32.v_chunk = 128, acc32.row_chunk = 8, acc32.block_size = 64;
+  acc16 = acc32;
+  acc16.dw_acc_fp32 = acc16.dx_acc_fp32 = false;
+  const auto a = cpu::run(p, acc32, in), b = cpu::run(p, acc16, in);
+  CHECK(a.dw != b.dw);  // the flag changes the arithmetic
+  auto backend = cpu::make_backend();
+  ValidationCase vc{"acc16", p, acc16, CaseSpec{.seed = 5}};
+  CHECK(validate_case(*backend, vc).pass);
+}
+
+TEST_CASE("CPU backend rejects out-of-range targets and bad configs") {
+  Problem p;
+  p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 10, p.dtype = DType::fp32;
+  HostCase in = make_case(p, CaseSpec{.seed = 1});
+  in.targets[2] = 10;
+  auto backend = cpu::make_backend();
+  KernelConfig c;
+  c.block_size = 32;
+  CHECK_THROWS_AS(backend->run(p, c, in), Error);
+  c.threads = 7;
+  in.targets[2] = 1;
+  CHECK_THROWS_AS(backend->run(p, c, in), Error);
+}
+
+TEST_CASE("NaN in the inputs gives a NaN loss, no crash") {
+  Problem p;
+  p.family = Family::ce, p.tokens = 3, p.hidden = 0, p.vocab = 50, p.dtype = DType::fp32;
+  HostCase in = make_case(p, CaseSpec{.seed = 2, .ignore_fraction = 0.0});
+  in.logits[60] = NAN;  // row 1
+  KernelConfig c;
+  c.block_size = 32;
+  const auto out = cpu::run(p, c, in);
+  CHECK(std::isnan(out.loss));
+  CHECK(std::isnan(out.lse[1]));
+  CHECK(std::isfinite(out.lse[0]));
+}

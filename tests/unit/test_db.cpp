@@ -1,0 +1,194 @@
+// The SQLite store: round trips, merge semantics, schema versions, damaged files.
+#include <doctest/doctest.h>
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "db/store.hpp"
+#include "model/error.hpp"
+
+using namespace celtune;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "celtune-test-XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const char* name) const { return (path / name).string(); }
+};
+
+// A made-up device, as Kernel Launcher's tests use a "GTX fictional".
+DeviceInfo fictional(const char* name = "GTX fictional") {
+  DeviceInfo d;
+  d.name = name, d.arch = "sm_90", d.sm_count = 132, d.memory_bytes = int64_t{80} << 30;
+  d.driver = "580.1", d.runtime = "13.0", d.cublaslt = "13.0.0", d.cublaslt_version = 130000;
+  return d;
+}
+
+Problem problem(int64_t n) {
+  Problem p;
+  p.tokens = n, p.hidden = 4096, p.vocab = 128256;
+  return p;
+}
+
+db::BestEntry best(const DeviceInfo& d, int64_t n, double ms, int block) {
+  db::BestEntry b;
+  b.device = d, b.problem = problem(n);
+  b.config.block_size = block, b.config.v_chunk = 8192;
+  b.stats = {ms, ms * 0.99, ms * 1.02, 40, 0.03};
+  b.default_ms = ms * 1.5, b.speedup = 1.5, b.celtune_version = "0.1.0", b.kernel_hash = "abc123";
+  b.cublaslt = d.cublaslt, b.created_at = "2026-11-22T00:00:00Z";
+  return b;
+}
+
+db::Measurement meas(const DeviceInfo& d, int64_t n, int block, const char* status = "ok") {
+  db::Measurement m;
+  m.device = d, m.problem = problem(n), m.config.block_size = block;
+  m.kernel_hash = "abc123", m.status = status, m.reason = status == std::string("ok") ? "" : "rel L2 too large";
+  m.stats = {1.0 + block * 1e-4, 0.99, 1.1, 30, 0.1};
+  m.created_at = "2026-11-22T00:00:00Z";
+  return m;
+}
+
+std::string export_text(const db::Store& s) {
+  std::ostringstream o;
+  db::export_jsonl(s, o);
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("store: write, read back, and export → import → export is lossless") {
+  TempDir t;
+  std::string text;
+  {
+    db::Store s(t.file("a.sqlite"), db::Access::read_write);
+    s.record(meas(fictional(), 4096, 256));
+    s.record(meas(fictional(), 4096, 512, "failed"));
+    s.put_best(best(fictional(), 4096, 2.5, 512));
+    s.put_best(best(fictional("other"), 8192, 5.0, 1024));
+    CHECK(s.best_entries().size() == 2);
+    CHECK(s.measurements().size() == 2);
+    const auto found = s.find_measurement(fictional(), problem(4096), meas(fictional(), 4096, 512).config, "abc123");
+    REQUIRE(found);
+    CHECK(found->status == "failed");
+    CHECK(found->reason == "rel L2 too large");
+    CHECK_FALSE(s.find_measurement(fictional(), problem(4096), meas(fictional(), 4096, 512).config, "zzz"));
+    text = export_text(s);
+    CHECK(s.best_entries()[0] == best(fictional("GTX fictional"), 4096, 2.5, 512));
+  }
+  {
+    db::Store s(t.file("b.sqlite"), db::Access::read_write);
+    std::istringstream in(text);
+    const auto n = db::import_jsonl(s, in);
+    CHECK(n.measurements == 2);
+    CHECK(n.best_kept == 2);
+    CHECK(export_text(s) == text);
+  }
+}
+
+TEST_CASE("store: merge keeps the faster best per device and problem, and every measurement") {
+  TempDir t;
+  {
+    db::Store a(t.file("a.sqlite"), db::Access::read_write);
+    a.put_best(best(fictional(), 4096, 2.0, 256));  // faster here
+    a.put_best(best(fictional(), 8192, 9.0, 256));  // slower here
+    a.record(meas(fictional(), 4096, 256));
+    db::Store b(t.file("b.sqlite"), db::Access::read_write);
+    b.put_best(best(fictional(), 4096, 3.0, 512));
+    b.put_best(best(fictional(), 8192, 4.0, 512));
+    b.put_best(best(fictional(), 2048, 1.0, 512));  // only in B
+    b.record(meas(fictional(), 4096, 512));
+  }
+  db::Store out(t.file("out.sqlite"), db::Access::read_write);
+  for (const char* f : {"a.sqlite", "b.sqlite"}) {
+    db::Store src(t.file(f), db::Access::read_only);
+    db::merge_into(out, src);
+  }
+  const auto entries = out.best_entries();
+  REQUIRE(entries.size() == 3);
+  for (const auto& e : entries) {
+    if (e.problem.tokens == 4096) CHECK(e.config.block_size == 256);
+    if (e.problem.tokens == 8192) CHECK(e.config.block_size == 512);
+    if (e.problem.tokens == 2048) CHECK(e.stats.median_ms == 1.0);
+  }
+  CHECK(out.measurements().size() == 2);
+  // Merging again changes nothing.
+  const std::string before = export_text(out);
+  db::Store again(t.file("a.sqlite"), db::Access::read_only);
+  db::merge_into(out, again);
+  CHECK(export_text(out) == before);
+}
+
+TEST_CASE("store: malformed import stores nothing") {
+  TempDir t;
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  std::ostringstream good;
+  {
+    db::Store src(t.file("src.sqlite"), db::Access::read_write);
+    src.put_best(best(fictional(), 4096, 2.0, 256));
+    db::export_jsonl(src, good);
+  }
+  std::istringstream in(good.str() + "{\"record\": \"best\", \"device\": 7}\n");
+  try {
+    db::import_jsonl(s, in);
+    FAIL("import of a malformed line succeeded");
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::usage);
+    CHECK(std::string(e.what()).find("line 2") != std::string::npos);
+  }
+  CHECK(s.best_entries().empty());
+}
+
+TEST_CASE("store: damaged, foreign and newer databases are refused with an environment error") {
+  TempDir t;
+  auto refuses = [](const std::string& path, db::Access a) {
+    try {
+      db::Store s(path, a);
+    } catch (const Error& e) {
+      CHECK(e.status() == Status::environment);
+      return true;
+    }
+    return false;
+  };
+  {  // random bytes
+    std::ofstream f(t.file("junk.sqlite"), std::ios::binary);
+    for (int i = 0; i < 4096; ++i) f.put(static_cast<char>((i * 7919) & 0xff));
+  }
+  CHECK(refuses(t.file("junk.sqlite"), db::Access::read_only));
+  CHECK(refuses(t.file("junk.sqlite"), db::Access::read_write));
+  {  // a newer schema
+    db::Store s(t.file("new.sqlite"), db::Access::read_write);
+  }
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(t.file("new.sqlite").c_str(), &raw) == SQLITE_OK);
+  sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  CHECK(refuses(t.file("new.sqlite"), db::Access::read_only));
+  CHECK(refuses(t.file("new.sqlite"), db::Access::read_write));
+  {  // someone else's database: tables, no version; we must not touch it
+    REQUIRE(sqlite3_open(t.file("foreign.sqlite").c_str(), &raw) == SQLITE_OK);
+    sqlite3_exec(raw, "CREATE TABLE t (x)", nullptr, nullptr, nullptr);
+    sqlite3_close(raw);
+  }
+  CHECK(refuses(t.file("foreign.sqlite"), db::Access::read_write));
+  // Read-only never creates a file.
+  CHECK(refuses(t.file("absent.sqlite"), db::Access::read_only));
+  CHECK_FALSE(fs::exists(t.file("absent.sqlite")));
+  {  // a truncated database
+    db::Store s(t.file("trunc.sqlite"), db::Access::read_write);
+    for (int n = 1; n < 200; ++n) s.put_best(best(fictional(), n, 1.0, 256));
+  }
+  fs::resize_file(t.file("trunc.sqlite"), 1000);
+  fs::remove(t.file("trunc.sqlite-wal"));
+  CHECK(refuses(t.file("trunc.sqlite"), db::Access::read_only));
+}

@@ -1,0 +1,115 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.hpp"
+#include "model/error.hpp"
+#include "model/numerics.hpp"
+#include "model/problem.hpp"
+
+using namespace celtune;
+
+TEST_CASE("problem key round-trips and is canonical") {
+  Problem p;
+  p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256;
+  p.loss.label_smoothing = 0.1, p.loss.softcap = 30, p.loss.z_loss = 1e-4, p.bias = true;
+  p.target_type = TargetType::i32, p.loss.ignore_index = -1, p.loss.reduction = Reduction::none;
+  const std::string k = p.key();
+  CHECK(k == "flce:N4096:H4096:V128256:bf16:int32:ign-1:none:ls0.1:cap30:z1e-04:bias:fwdbwd");
+  CHECK(Problem::from_key(k) == p);
+  CHECK(nlohmann::json(p).get<Problem>() == p);
+  CHECK_THROWS_AS(Problem::from_key("flce:N4096"), Error);
+  CHECK_THROWS_AS(Problem::from_key(k + ":extra"), Error);
+  // Non-canonical spellings of the same numbers are refused, so one problem has one key.
+  CHECK_THROWS_AS(Problem::from_key("flce:N4096:H4096:V128256:bf16:int32:ign-1:none:ls0.10:cap30:z0.0001:bias:fwdbwd"),
+                  Error);
+}
+
+TEST_CASE("problem validation names what is wrong") {
+  Problem p;
+  p.tokens = 8, p.hidden = 16, p.vocab = 100;
+  CHECK_NOTHROW(p.validate());
+  auto fails = [](Problem q) {
+    try {
+      q.validate();
+    } catch (const Error& e) {
+      CHECK(e.status() == Status::usage);
+      return true;
+    }
+    return false;
+  };
+  Problem q = p;
+  q.tokens = 0;
+  CHECK(fails(q));
+  q = p, q.vocab = -3;
+  CHECK(fails(q));
+  q = p, q.hidden = 0;
+  CHECK(fails(q));
+  q = p, q.loss.label_smoothing = 1.5;
+  CHECK(fails(q));
+  q = p, q.loss.softcap = -1;
+  CHECK(fails(q));
+  q = p, q.loss.ignore_index = 5;  // inside [0, V)
+  CHECK(fails(q));
+  q = p, q.family = Family::ce;  // ce takes no hidden
+  CHECK(fails(q));
+}
+
+TEST_CASE("config JSON round-trip, validation and unknown keys") {
+  KernelConfig c;
+  c.block_size = 512, c.v_chunk = 8192, c.row_chunk = 1024, c.threads = 512, c.dw_acc_fp32 = false;
+  c.gemm_algos = {"aa", "bb", "cc"}, c.gemm_algos_cublaslt = 130000;
+  CHECK(nlohmann::json(c).get<KernelConfig>() == c);
+  CHECK(parse_config_json(nlohmann::json(c).dump()) == c);
+  CHECK_THROWS_AS(parse_config_json("{\"blok_size\": 512}"), Error);
+  CHECK_THROWS_AS(parse_config_json("{\"block_size\": \"x\"}"), Error);
+  CHECK_THROWS_AS(parse_config_json("not json"), Error);
+  CHECK(parse_config_json("{\"block_size\": 256}").block_size == 256);
+
+  Problem p;
+  p.tokens = 100, p.hidden = 64, p.vocab = 5000;
+  CHECK_NOTHROW(validate_config(p, c));
+  KernelConfig bad = c;
+  bad.block_size = 300;
+  CHECK_THROWS_AS(validate_config(p, bad), Error);
+  bad = c, bad.threads = 2048;
+  CHECK_THROWS_AS(validate_config(p, bad), Error);
+  bad = c, bad.v_chunk = 256, bad.block_size = 512;  // tile wider than the chunk
+  CHECK_THROWS_AS(validate_config(p, bad), Error);
+  CHECK(c.v_chunk_for(p) == 5000);  // 8192 ≥ V: one pass
+  CHECK(c.one_pass(p));
+}
+
+TEST_CASE("default config is sensible for the Llama-3 classifier") {
+  Problem p;
+  p.tokens = 16384, p.hidden = 4096, p.vocab = 128256;
+  const KernelConfig c = default_config(p);
+  CHECK_NOTHROW(validate_config(p, c));
+  const int64_t tile_bytes = c.row_chunk_for(p) * c.v_chunk_for(p) * 2;
+  CHECK(tile_bytes <= (int64_t{1} << 27));
+  CHECK(c.row_chunk_for(p) >= 256);   // GEMMs stay large
+  CHECK(c.v_chunk_for(p) >= 2048);
+  p.tokens = 1;
+  CHECK_NOTHROW(validate_config(p, default_config(p)));
+}
+
+TEST_CASE("bf16 and fp16 rounding is round-to-nearest-even") {
+  CHECK(round_to(DType::bf16, 1.0f) == 1.0f);
+  // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
+  CHECK(round_to(DType::bf16, 1.0f + 0x1p-8f) == 1.0f);
+  CHECK(round_to(DType::bf16, 1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+  CHECK(round_to(DType::fp16, 1.0f + 0x1p-11f) == 1.0f);
+  CHECK(round_to(DType::fp16, 1.0f + 0x1p-11f + 0x1p-20f) == 1.0f + 0x1p-10f);
+  CHECK(round_to(DType::fp16, 65504.0f) == 65504.0f);
+  CHECK(std::isinf(round_to(DType::fp16, 70000.0f)));
+  CHECK(round_to(DType::fp16, 0x1p-24f) == 0x1p-24f);   // smallest subnormal
+  CHECK(round_to(DType::fp16, 0x1p-26f) == 0.0f);        // below half of it
+  CHECK(std::isnan(round_to(DType::bf16, NAN)));
+  CHECK(std::isnan(round_to(DType::fp16, NAN)));
+  for (float v : {3.14159f, -2.5e-3f, 1234.5f, -7.0e-6f}) {  // idempotent
+    CHECK(round_to(DType::bf16, round_to(DType::bf16, v)) == round_to(DType::bf16, v));
+    CHECK(round_to(DType::fp16, round_to(DType::fp16, v)) == round_to(DType::fp16, v));
+  }
+}

@@ -1,0 +1,204 @@
+#include "validate.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/reference/fp64.hpp"
+#include "model/error.hpp"
+
+namespace celtune {
+
+Tolerance tolerance_for(DType t) {
+  // The baseline already carries the dtype's rounding of logits and gradients, so
+  // a correct kernel lands near it: the factor 1.25 allows for fp32 accumulation
+  // order (GEMM reductions in another order change the error, not its size).
+  // Margins are a few units of the dtype's rounding: bf16 keeps 8 significant bits
+  // (unit roundoff 2^-9 ≈ 2e-3, so 4e-3 is two units), fp16 11 bits (2^-12 ≈ 2.4e-4,
+  // so 1e-3 is four), fp32 24 bits, where the CE's own fp32 exp/log on logits near
+  // 100 carry ~1e-5 relative error that the fp64 baseline does not model.
+  // Bounds are absolute: no kernel, whatever the baseline did, passes beyond them.
+  switch (t) {
+    case DType::bf16: return {1.25, 4e-3, 5e-2, 1.6e-2};
+    case DType::fp16: return {1.25, 1e-3, 1e-2, 2e-3};
+    case DType::fp32: return {1.25, 5e-5, 1e-3, 1e-4};
+  }
+  return {1.25, 5e-5, 1e-3, 1e-4};
+}
+
+namespace {
+
+template <typename A, typename B>
+bool bitwise_equal(const std::vector<A>& a, const std::vector<B>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(A)) == 0);
+}
+
+bool same_outputs(const HostOutputs& a, const HostOutputs& b) {
+  return std::memcmp(&a.loss, &b.loss, sizeof a.loss) == 0 && bitwise_equal(a.token_loss, b.token_loss) &&
+         bitwise_equal(a.lse, b.lse) && bitwise_equal(a.grad_logits, b.grad_logits) &&
+         bitwise_equal(a.dx, b.dx) && bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db);
+}
+
+// magnitude: the dtype's rounding error of a logit is proportional to |z| (its ulp
+// grows with it), so the absolute bound grows with the largest LSE (≥ max logit)
+// beyond 16, where typical vocabularies sit (log V + a few).
+OutputVerdict judge(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
+                    const std::vector<double>& base, DType dt, double magnitude) {
+  const Tolerance tol = tolerance_for(dt);
+  const double bound = tol.bound * std::max(1.0, magnitude / 16.0);
+  OutputVerdict v;
+  v.name = name;
+  if (got.size() != truth.size()) {
+    v.why = "output has " + std::to_string(got.size()) + " elements, expected " + std::to_string(truth.size());
+    return v;
+  }
+  double ref_max = 0;
+  for (double r : truth) ref_max = std::max(ref_max, std::fabs(r));
+  const double atol = tol.margin * ref_max;
+  v.baseline = compare(base.data(), truth.data(), truth.size(), atol, tol.rtol);
+  // An element the baseline gets wrong by more than tolerance may be as wrong in
+  // the kernel: per-element slack is the baseline's worst error, doubled.
+  v.kernel = compare(got.data(), truth.data(), truth.size(), atol + 2 * v.baseline.max_abs, tol.rtol);
+  const auto& k = v.kernel;
+  const auto& b = v.baseline;
+  char buf[256];
+  if (k.nonfinite > 0) {
+    std::snprintf(buf, sizeof buf, "%lld non-finite values where the reference is finite",
+                  static_cast<long long>(k.nonfinite));
+    v.why = buf;
+  } else if (k.rel_l2 > tol.baseline_factor * b.rel_l2 + tol.margin) {
+    std::snprintf(buf, sizeof buf, "rel L2 %.3g > %.2g × baseline %.3g + %.1g", k.rel_l2, tol.baseline_factor,
+                  b.rel_l2, tol.margin);
+    v.why = buf;
+  } else if (k.max_abs > 2 * b.max_abs + tol.margin * ref_max) {
+    std::snprintf(buf, sizeof buf, "max abs %.3g > 2 × baseline %.3g + %.1g × max|ref| %.3g", k.max_abs,
+                  b.max_abs, tol.margin, ref_max);
+    v.why = buf;
+  } else if (k.rel_l2 > bound) {
+    std::snprintf(buf, sizeof buf, "rel L2 %.3g above the %s bound %.2g", k.rel_l2, std::string(to_string(dt)).c_str(),
+                  bound);
+    v.why = buf;
+  }
+  v.pass = v.why.empty();
+  return v;
+}
+
+}  // namespace
+
+CaseResult validate_case(Backend& backend, const ValidationCase& vc) {
+  CaseResult r;
+  r.vcase = vc;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Problem& p = vc.problem;
+  try {
+    backend.check(p, vc.config);
+    const HostCase in = make_case(p, vc.spec);
+    const HostOutputs got = backend.run(p, vc.config, in);
+    const HostOutputs again = backend.run(p, vc.config, in);
+    r.deterministic = same_outputs(got, again);
+    const RefOutputs truth = reference::run(p, in, false);
+    const RefOutputs base = reference::run(p, in, true);
+    const DType dt = p.dtype;
+    double magnitude = 0;
+    for (double l : truth.lse) magnitude = std::max(magnitude, std::fabs(l));
+    // Scalar loss: for 'none' there is no scalar output, only the vector.
+    if (p.loss.reduction != Reduction::none)
+      r.outputs.push_back(judge("loss", {got.loss}, {truth.loss}, {base.loss}, dt, magnitude));
+    r.outputs.push_back(judge("token_loss", got.token_loss, truth.token_loss, base.token_loss, dt, magnitude));
+    r.outputs.push_back(judge("lse", got.lse, truth.lse, base.lse, dt, magnitude));
+    if (p.mode == Mode::forward_backward) {
+      if (p.family == Family::ce) {
+        r.outputs.push_back(judge("dz", got.grad_logits, truth.grad_logits, base.grad_logits, dt, magnitude));
+      } else {
+        r.outputs.push_back(judge("dx", got.dx, truth.dx, base.dx, dt, magnitude));
+        r.outputs.push_back(judge("dw", got.dw, truth.dw, base.dw, dt, magnitude));
+        if (p.bias) r.outputs.push_back(judge("db", got.db, truth.db, base.db, dt, magnitude));
+      }
+    }
+    r.pass = r.deterministic;
+    for (const auto& o : r.outputs) r.pass = r.pass && o.pass;
+  } catch (const Error& e) {
+    r.error = e.what();
+    r.pass = false;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<ValidationCase> default_matrix(uint64_t seed) {
+  std::vector<ValidationCase> out;
+  uint64_t s = seed;
+  // Shapes: N = 67 is not a multiple of any row chunk, V = 1001 of any block
+  // size or chunk; H = 48 keeps the 16-byte alignment cuBLASLt wants for 16-bit
+  // rows (H % 8 == 0) while not being a power of two.
+  struct Opt {
+    const char* name;
+    void (*apply)(Problem&, CaseSpec&);
+  };
+  const Opt opts[] = {
+      {"plain", [](Problem&, CaseSpec&) {}},
+      {"sum", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::sum; }},
+      {"none", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::none; }},
+      {"smooth+ignored", [](Problem& p, CaseSpec& c) { p.loss.label_smoothing = 0.1, c.ignore_fraction = 0.3; }},
+      {"softcap+zloss", [](Problem& p, CaseSpec&) { p.loss.softcap = 30.0, p.loss.z_loss = 1e-4; }},
+      {"zloss", [](Problem& p, CaseSpec&) { p.loss.z_loss = 1e-3; }},
+      {"bias", [](Problem& p, CaseSpec&) { p.bias = p.family == Family::flce; }},
+      {"int32", [](Problem& p, CaseSpec&) { p.target_type = TargetType::i32, p.loss.ignore_index = -1; }},
+      {"forward", [](Problem& p, CaseSpec&) { p.mode = Mode::forward; }},
+      {"all-ignored", [](Problem&, CaseSpec& c) { c.ignore_fraction = 1.0; }},
+      {"one-token", [](Problem& p, CaseSpec&) { p.tokens = 1; }},
+      {"large-logits", [](Problem&, CaseSpec& c) { c.logit_scale = 150.0; }},
+  };
+  for (Family fam : {Family::flce, Family::ce}) {
+    for (DType dt : {DType::bf16, DType::fp16, DType::fp32}) {
+      for (const Opt& o : opts) {
+        for (int two_pass = 0; two_pass < 2; ++two_pass) {
+          ValidationCase vc;
+          Problem& p = vc.problem;
+          p.family = fam;
+          p.tokens = 67;
+          p.hidden = fam == Family::flce ? 48 : 0;
+          p.vocab = 1001;
+          p.dtype = dt;
+          vc.spec.seed = s++;
+          o.apply(p, vc.spec);
+          KernelConfig& c = vc.config;
+          c.threads = 128;
+          if (two_pass) {  // chunks that divide neither N nor V
+            c.block_size = 128;
+            c.v_chunk = 384;
+            c.row_chunk = fam == Family::flce ? 40 : 0;
+          } else {
+            c.block_size = 256;
+            c.v_chunk = 0;
+            c.row_chunk = fam == Family::flce ? 32 : 0;
+          }
+          vc.name = std::string(to_string(fam)) + "/" + std::string(to_string(dt)) + "/" + o.name +
+                    (two_pass ? "/chunked" : "/one-pass");
+          out.push_back(vc);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void to_json(nlohmann::json& j, const CaseResult& r) {
+  nlohmann::json outs = nlohmann::json::array();
+  for (const auto& o : r.outputs)
+    outs.push_back({{"output", o.name}, {"pass", o.pass}, {"why", o.why}, {"kernel", o.kernel},
+                    {"baseline", o.baseline}});
+  j = nlohmann::json{{"case", r.vcase.name},
+                     {"problem", r.vcase.problem},
+                     {"config", r.vcase.config},
+                     {"seed", r.vcase.spec.seed},
+                     {"pass", r.pass},
+                     {"deterministic", r.deterministic},
+                     {"error", r.error},
+                     {"seconds", r.seconds},
+                     {"outputs", outs}};
+}
+
+}  // namespace celtune

@@ -6,7 +6,7 @@
 #include "model/error.hpp"
 
 #ifdef CELTUNE_HAVE_CUDA
-#include "cuda_backend.hpp"
+#include "kernels/cuda_backend.hpp"
 #endif
 
 namespace celtune {

@@ -31,6 +31,13 @@ class Workload {
   virtual void flush_caches() {}
 };
 
+// Ceilings measured on the device in the same run, for bench's ratios.
+struct Floors {
+  bool available = false;
+  std::vector<double> gemm_ms;  // each GEMM the mode needs (logits, dX, dW), timed alone, full size
+  double copy_gb_per_s = 0;     // device-to-device copy, bytes read + written per second
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -49,6 +56,9 @@ class Backend {
 
   // Random inputs resident on the device for timing.
   virtual std::unique_ptr<Workload> prepare(const Problem& p, uint64_t seed) = 0;
+
+  // GEMM and copy-bandwidth floors for a problem (GPU backends only).
+  virtual Floors measure_floors(const Problem&) { return {}; }
 };
 
 // "cpu", a CUDA ordinal ("0", "cuda:0"), or "" for the default: the first CUDA GPU,

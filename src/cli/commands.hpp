@@ -15,6 +15,7 @@ using Action = std::function<int()>;
 Action register_devices(CLI::App& app);
 Action register_validate(CLI::App& app);
 Action register_db(CLI::App& app);
+Action register_bench(CLI::App& app);
 Action register_not_built(CLI::App& app, const std::string& name, const std::string& description,
                           const std::string& issue);
 

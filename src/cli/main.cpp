@@ -32,9 +32,7 @@ int main(int argc, char** argv) {
                               "Search BLOCK_SIZE, the V-chunk and the rest of the config per device and shape, "
                               "and store the best in SQLite",
                               "issue 5"));
-  add("bench", cli::register_not_built(app, "bench",
-                              "Time celtune's kernels against the unfused path and the GEMM and bandwidth floors",
-                              "issue 3"));
+  add("bench", cli::register_bench(app));
   add("db", cli::register_db(app));
   add("lookup", cli::register_not_built(app, "lookup",
                               "Print the config the runtime would use for a problem, its source tag and the "

@@ -1,0 +1,81 @@
+// The CE kernels' host interface (no CUDA types beyond cudaStream_t): the flce
+// schedule and the ce family both drive them. See ce.cu for what they compute.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/types.hpp"
+
+namespace celtune::cuda {
+
+// Per-row running state of the online softmax, [N] each, in device memory.
+struct RowState {
+  float* m;         // running max of ẑ
+  float* d;         // Σ exp(ẑ − m)
+  float* z_target;  // ẑ at the target (set by the chunk holding it)
+  float* z_sum;     // Σ ẑ (label smoothing)
+};
+
+// One view of logits: rows [r0, r0+rows) × columns [v0, v0+cols) of the problem,
+// stored at `tile` with leading dimension `ld` (elements).
+// dZ goes to `out` (leading dimension ld_out), which is `tile` itself for the
+// in-place paths.
+struct TileView {
+  void* tile;
+  int64_t ld;
+  int64_t r0, rows;
+  int64_t v0, cols;
+  void* out;
+  int64_t ld_out;
+};
+
+struct LossParams {
+  DType dtype;
+  int64_t vocab;
+  const void* targets;
+  bool targets_i64;
+  int64_t ignore_index;
+  Reduction reduction;
+  float softcap, label_smoothing, z_loss;
+  const float* grad_scale;   // device scalar g (mean/sum)
+  const float* grad_tokens;  // device vector g_i (none)
+  const int64_t* n_valid;    // device scalar
+};
+
+struct CeLaunch {
+  int block_size;  // elements per tile, = threads × elements per thread
+  int threads;
+};
+
+// Whether (block_size, threads) is in the compiled table; the message says why not.
+bool ce_launch_supported(const CeLaunch& l, DType t, const char** why);
+
+// Folds a tile into the row state. first: the state starts empty. last: the rows'
+// LSE is final after this tile, so write lse and token_loss. grad (needs last and
+// a tile holding the whole row): overwrite the tile with dZ in the same kernel.
+void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool first, bool last, bool grad,
+             float* lse, float* token_loss, const CeLaunch& l, cudaStream_t st);
+
+// Overwrites the tile with dZ given the final LSE.
+void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st);
+
+// Counts valid targets into *n_valid and records the first target outside
+// [0, V) that is not ignore_index in *bad_index (−1 if none).
+void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_t* bad_index, cudaStream_t st);
+
+// loss = Σ token_loss (sum, none) or Σ token_loss / n_valid (mean, 0 when none valid);
+// one block, fixed order: deterministic.
+void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, float* loss, cudaStream_t st);
+
+// db[v0 + j] += Σ_r dZ[r, j] over the tile's rows, fp32; one thread per column.
+void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st);
+
+// out[i] = (dtype) in[i] for n elements.
+void convert_from_f32(const float* in, void* out, DType t, int64_t n, cudaStream_t st);
+
+// Fills n elements of dtype t (or fp32 when t is fp32) with NaN: the poison.
+void fill_nan(void* p, int64_t bytes, cudaStream_t st);
+
+}  // namespace celtune::cuda

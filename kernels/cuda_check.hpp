@@ -1,0 +1,39 @@
+// The CUDA half of the one error policy (model/error.hpp): every CUDA and
+// cuBLASLt call goes through one of these macros, which stringify the call,
+// record file:line and throw celtune::Error(environment) with the status.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "model/error.hpp"
+
+namespace celtune::cuda {
+
+[[noreturn]] inline void throw_cuda(cudaError_t e, const char* expr, const char* file, int line) {
+  throw Error(Status::environment, std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                                       ") in " + expr + " at " + file + ":" + std::to_string(line));
+}
+[[noreturn]] inline void throw_cublas(cublasStatus_t s, const char* expr, const char* file, int line) {
+  throw Error(Status::environment, std::string("cuBLASLt error ") + std::to_string(static_cast<int>(s)) + " in " +
+                                       expr + " at " + file + ":" + std::to_string(line));
+}
+
+}  // namespace celtune::cuda
+
+#define CELTUNE_CUDA(expr)                                                                 \
+  do {                                                                                     \
+    const cudaError_t celtune_e_ = (expr);                                                 \
+    if (celtune_e_ != cudaSuccess) ::celtune::cuda::throw_cuda(celtune_e_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+#define CELTUNE_CUBLAS(expr)                                                                   \
+  do {                                                                                         \
+    const cublasStatus_t celtune_s_ = (expr);                                                  \
+    if (celtune_s_ != CUBLAS_STATUS_SUCCESS) ::celtune::cuda::throw_cublas(celtune_s_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// After every kernel launch: launch-configuration errors surface here, not later.
+#define CELTUNE_LAUNCHED() CELTUNE_CUDA(cudaGetLastError())

@@ -1,0 +1,242 @@
+// flce: fused linear cross-entropy over cuBLASLt GEMMs and the CE kernels.
+//
+// What it computes: loss = CE(X·Wᵀ + b, y) and dX, dW, db (flce-math.md), never
+// holding the [N,V] logits. Schedule (the CPU backend runs the same one):
+//   for each row chunk R (row_chunk rows):
+//     pass 1, for each vocabulary chunk C (v_chunk columns):
+//       tile[R,C] = X[R]·W[C]ᵀ + b[C]          GEMM 1, written in the input dtype
+//       fold the tile into the rows' (max, sum-exp) state        ce_fold
+//       one pass (C = V): the same kernel overwrites the tile with dZ; then
+//         dX[R] = dZ·W                          GEMM 2
+//         dW (+)= dZᵀ·X[R]                      GEMM 3
+//         db += column sums of dZ
+//     pass 2 (C < V), for each C: recompute the tile (GEMM 1), dZ from the final
+//       LSE (ce_grad), then GEMMs 2 and 3, dX[R] accumulating across chunks.
+// One pass costs three GEMMs of 2·N·H·V FLOPs; two passes cost four and need only
+// a [row_chunk, v_chunk] tile of scratch.
+//
+// Accumulation: dX across vocabulary chunks and dW across row chunks go to fp32
+// scratch (dx_acc_fp32 / dw_acc_fp32) or straight into the output dtype through
+// cuBLASLt's beta = 1 (D = round(C + A·B)); validation decides if that is enough.
+//
+// Alignment: cuBLASLt needs 16-byte aligned rows, so H must be a multiple of 8
+// (16-bit) or 4 (fp32), and a v_chunk below V a multiple of 8; the tile's leading
+// dimension is v_chunk rounded up to 8. V itself may be anything.
+#include "flce.hpp"
+
+#include <algorithm>
+
+#include "kernels/ce/ce.hpp"
+#include "kernels/cuda_check.hpp"
+#include "model/error.hpp"
+
+namespace celtune::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::fp16: return CUDA_R_16F;
+    case DType::fp32: return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Where each piece of scratch lives; computed once so scratch_bytes() and the
+// run agree by construction.
+struct Layout {
+  int64_t N, H, V, rc, vc, ld_vc, row_chunks;
+  bool bwd, one_pass, dx_acc, dw_acc, db_acc;
+  size_t state, counters, tile, dx, dw, db, total;
+
+  Layout(const Problem& p, const KernelConfig& c) {
+    N = p.tokens, H = p.hidden, V = p.vocab;
+    rc = p.family == Family::flce ? c.row_chunk_for(p) : N;
+    vc = c.v_chunk_for(p);
+    ld_vc = round_up(vc, 8);
+    row_chunks = (N + rc - 1) / rc;
+    bwd = p.mode == Mode::forward_backward;
+    one_pass = vc >= V;
+    const bool flce = p.family == Family::flce, lowp = p.dtype != DType::fp32;
+    dx_acc = flce && bwd && !one_pass && lowp && c.dx_acc_fp32;
+    dw_acc = flce && bwd && row_chunks > 1 && lowp && c.dw_acc_fp32;
+    db_acc = flce && bwd && p.bias;
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+      const size_t at = off;
+      off += (bytes + 255) / 256 * 256;
+      return at;
+    };
+    state = take(sizeof(float) * 4 * static_cast<size_t>(N));
+    counters = take(2 * sizeof(int64_t));
+    tile = take(flce ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
+    dx = take(dx_acc ? static_cast<size_t>(rc * H) * 4 : 0);
+    dw = take(dw_acc ? static_cast<size_t>(V * H) * 4 : 0);
+    db = take(db_acc ? static_cast<size_t>(V) * 4 : 0);
+    total = off;
+  }
+};
+
+LossParams loss_params(const Problem& p, const Args& a, const int64_t* n_valid) {
+  LossParams lp;
+  lp.dtype = p.dtype;
+  lp.vocab = p.vocab;
+  lp.targets = a.targets;
+  lp.targets_i64 = p.target_type == TargetType::i64;
+  lp.ignore_index = p.loss.ignore_index;
+  lp.reduction = p.loss.reduction;
+  lp.softcap = static_cast<float>(p.loss.softcap);
+  lp.label_smoothing = static_cast<float>(p.loss.label_smoothing);
+  lp.z_loss = static_cast<float>(p.loss.z_loss);
+  lp.grad_scale = a.grad_scale;
+  lp.grad_tokens = a.grad_tokens;
+  lp.n_valid = n_valid;
+  return lp;
+}
+
+RowState row_state(char* base, const Layout& L) {
+  float* s = reinterpret_cast<float*>(base + L.state);
+  return {s, s + L.N, s + 2 * L.N, s + 3 * L.N};
+}
+
+void check_args(const Problem& p, const Args& a) {
+  auto need = [](const void* ptr, const char* what) {
+    if (!ptr) fail_usage(std::string("null device pointer: ") + what);
+  };
+  need(a.targets, "targets"), need(a.loss, "loss"), need(a.token_loss, "token_loss"), need(a.lse, "lse");
+  const bool bwd = p.mode == Mode::forward_backward;
+  if (bwd && p.loss.reduction != Reduction::none) need(a.grad_scale, "grad_scale");
+  if (bwd && p.loss.reduction == Reduction::none) need(a.grad_tokens, "grad_tokens");
+  if (p.family == Family::flce) {
+    need(a.x, "x"), need(a.w, "w");
+    if (p.bias) need(a.b, "b");
+    if (bwd) need(a.dx, "dx"), need(a.dw, "dw");
+    if (bwd && p.bias) need(a.db, "db");
+  } else {
+    need(a.logits, "logits");
+    if (bwd) need(a.dz, "dz");
+  }
+}
+
+}  // namespace
+
+void check_supported(const Problem& p, const KernelConfig& c) {
+  p.validate();
+  validate_config(p, c);
+  const char* why = nullptr;
+  if (!ce_launch_supported(CeLaunch{c.block_size, c.threads}, p.dtype, &why))
+    fail_usage(std::string("config ") + to_string(c) + ": " + why);
+  if (c.rows_per_block != 1) fail_usage("the CUDA ce kernels take rows_per_block = 1");
+  if (c.fused) fail_usage("the fused (thread-block cluster) ce variant is not built yet");
+  if (!c.gemm_algos.empty()) fail_usage("tuned cuBLASLt algorithms are not supported yet");
+  if (p.family == Family::flce) {
+    const int64_t align = p.dtype == DType::fp32 ? 4 : 8;
+    if (p.hidden % align)
+      fail_usage("hidden size " + std::to_string(p.hidden) + " must be a multiple of " + std::to_string(align) +
+                 " for " + std::string(to_string(p.dtype)) + ": cuBLASLt needs 16-byte aligned rows");
+    if (c.v_chunk_for(p) < p.vocab && c.v_chunk_for(p) % 8)
+      fail_usage("v_chunk " + std::to_string(c.v_chunk) + " must be a multiple of 8 when smaller than V");
+  }
+}
+
+size_t scratch_bytes(const Problem& p, const KernelConfig& c) {
+  return Layout(p, c).total + (p.family == Family::flce ? Context::kWorkspaceBytes : 0);
+}
+
+void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
+  check_supported(p, c);
+  check_args(p, a);
+  const Layout L(p, c);
+  char* base = static_cast<char*>(ctx.scratch(L.total));
+  int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
+  int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
+  const LossParams lp = loss_params(p, a, n_valid);
+  const RowState rs = row_state(base, L);
+  const CeLaunch launch{c.block_size, c.threads};
+  void* tile = base + L.tile;
+  float* dx_acc = reinterpret_cast<float*>(base + L.dx);
+  float* dw_acc = reinterpret_cast<float*>(base + L.dw);
+  float* db_acc = reinterpret_cast<float*>(base + L.db);
+  const cudaDataType_t ty = cuda_type(p.dtype);
+  const int64_t H = L.H, bytes = dtype_bytes(p.dtype);
+  auto at = [](const void* ptr, int64_t elems, int64_t elem_bytes) {
+    return static_cast<const char*>(ptr) + elems * elem_bytes;
+  };
+  auto at_mut = [](void* ptr, int64_t elems, int64_t elem_bytes) { return static_cast<char*>(ptr) + elems * elem_bytes; };
+
+  count_targets(lp, L.N, n_valid, bad, st);
+  if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
+
+  // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ (+ b[C]).
+  auto logits = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
+    const GemmShape s{ty, ty, true, false, cols, rows, H, H, H, L.ld_vc, p.bias};
+    ctx.gemm(s, at(a.w, v0 * H, bytes), at(a.x, r0 * H, bytes), tile, 0.0f, p.bias ? at(a.b, v0, bytes) : nullptr, st);
+  };
+  // GEMMs 2 and 3 and db, from a dZ tile.
+  auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
+    const bool first_v = v0 == 0, first_r = r0 == 0;
+    {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
+      void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
+      const GemmShape s{ty, L.dx_acc ? CUDA_R_32F : ty, false, false, H, rows, cols, H, L.ld_vc, H, false};
+      ctx.gemm(s, at(a.w, v0 * H, bytes), tile, d, first_v ? 0.0f : 1.0f, nullptr, st);
+    }
+    {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
+      void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
+      const GemmShape s{ty, L.dw_acc ? CUDA_R_32F : ty, false, true, H, cols, rows, H, L.ld_vc, H, false};
+      ctx.gemm(s, at(a.x, r0 * H, bytes), tile, d, first_r ? 0.0f : 1.0f, nullptr, st);
+    }
+    if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);
+  };
+
+  for (int64_t r0 = 0; r0 < L.N; r0 += L.rc) {
+    const int64_t rows = std::min(L.rc, L.N - r0);
+    for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {  // pass 1
+      const int64_t cols = std::min(L.vc, L.V - v0);
+      logits(r0, rows, v0, cols);
+      const TileView v{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc};
+      ce_fold(v, lp, rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, launch, st);
+      if (L.one_pass && L.bwd) consume(r0, rows, v0, cols);
+    }
+    if (L.bwd && !L.one_pass) {
+      for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {  // pass 2: recompute each tile
+        const int64_t cols = std::min(L.vc, L.V - v0);
+        logits(r0, rows, v0, cols);
+        ce_grad(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, lp, a.lse, launch, st);
+        consume(r0, rows, v0, cols);
+      }
+      if (L.dx_acc) convert_from_f32(dx_acc, at_mut(a.dx, r0 * H, bytes), p.dtype, rows * H, st);
+    }
+  }
+  if (L.dw_acc) convert_from_f32(dw_acc, a.dw, p.dtype, L.V * H, st);
+  if (L.db_acc) convert_from_f32(db_acc, a.db, p.dtype, L.V, st);
+  reduce_loss(a.token_loss, L.N, lp, a.loss, st);
+}
+
+void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
+  check_supported(p, c);
+  check_args(p, a);
+  const Layout L(p, c);
+  char* base = static_cast<char*>(ctx.scratch(L.total));
+  int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
+  int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
+  const LossParams lp = loss_params(p, a, n_valid);
+  const RowState rs = row_state(base, L);
+  const CeLaunch launch{c.block_size, c.threads};
+  const int64_t bytes = dtype_bytes(p.dtype);
+  count_targets(lp, L.N, n_valid, bad, st);
+  auto view = [&](int64_t v0, int64_t cols) {
+    return TileView{static_cast<char*>(a.logits) + v0 * bytes, L.V, 0, L.N, v0, cols,
+                    a.dz ? static_cast<char*>(a.dz) + v0 * bytes : nullptr, L.V};
+  };
+  for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {
+    const int64_t cols = std::min(L.vc, L.V - v0);
+    ce_fold(view(v0, cols), lp, rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, launch, st);
+  }
+  if (L.bwd && !L.one_pass)
+    for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) ce_grad(view(v0, std::min(L.vc, L.V - v0)), lp, a.lse, launch, st);
+  reduce_loss(a.token_loss, L.N, lp, a.loss, st);
+}
+
+}  // namespace celtune::cuda

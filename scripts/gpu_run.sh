@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
+# them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
+# Logs go to $OUT; a short summary is printed last.
+#   scripts/gpu_run.sh [suite] [validate] [bench] [bench-fwd] [sanitize]
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/celtune-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
+export OMP_WAIT_POLICY=passive
+B=.gpu
+steps=${*:-suite validate bench}
+summary=()
+note() { summary+=("$1"); }
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu --format=csv
+  $B/celtune devices
+} >"$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+note "revision $(cat $B/REVISION 2>/dev/null | tr '\n' ' ')"
+for s in $steps; do
+  case $s in
+    suite)
+      t0=$(date +%s)
+      $B/gpu_tests >"$OUT/gpu_suite.log" 2>&1; rc=$?
+      note "gpu suite: exit $rc ($(( $(date +%s) - t0 )) s): $(grep -E 'test cases:' "$OUT/gpu_suite.log" | tail -1)"
+      grep -E 'ERROR|FAILED|values:|CAPTURE|with context' -A0 "$OUT/gpu_suite.log" | head -30
+      ;;
+    validate)
+      t0=$(date +%s)
+      $B/celtune validate --seed 20261122 >"$OUT/validate.log" 2>&1; rc=$?
+      note "validate: exit $rc ($(( $(date +%s) - t0 )) s): $(tail -1 "$OUT/validate.log")"
+      grep -A12 '^FAIL' "$OUT/validate.log" | head -40
+      ;;
+    bench)
+      $B/celtune bench >"$OUT/bench.txt" 2>"$OUT/bench.err"; note "bench: exit $?"
+      tail -5 "$OUT/bench.err"; cat "$OUT/bench.txt"
+      ;;
+    bench-fwd)
+      $B/celtune bench --mode fwd --no-ce >"$OUT/bench_fwd.txt" 2>&1; note "bench fwd: exit $?"; cat "$OUT/bench_fwd.txt"
+      ;;
+    sanitize)
+      for tool in memcheck racecheck initcheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 $B/celtune validate --device 0 --shape 67,48,1001 \
+          --dtype bf16,fp32 --bias --label-smoothing 0.1 \
+          --config '{"block_size":256,"v_chunk":384,"row_chunk":40,"threads":128}' >"$OUT/sanitize_$tool.log" 2>&1
+        note "compute-sanitizer $tool: exit $? — $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+      done
+      ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+echo
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds here for sm_90a and stages what the GPU machine runs into .gpu/ (ignored
+# by git, carried by the device tool): the CLI, the gpu suite, and libgomp in case
+# the machine's image lacks it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ninja -C build
+rm -rf .gpu && mkdir -p .gpu/lib
+cp build/src/cli/celtune build/tests/gpu_tests .gpu/
+cp "$(ldd build/src/cli/celtune | awk '/libgomp/ {print $3}')" .gpu/lib/
+git rev-parse --short HEAD >.gpu/REVISION
+[ -z "$(git status --porcelain -- kernels src validate tuners db)" ] || echo "+uncommitted" >>.gpu/REVISION
+du -sh .gpu

@@ -1,0 +1,138 @@
+// GPU suite: both CUDA families against the fp64 reference on small shapes.
+// Exits 77 (meson's "skipped") where there is no CUDA device.
+//
+// Method (METHOD.md): the backend poisons every output with NaN before each run,
+// so an element never written fails as non-finite; every check draws fresh random
+// inputs from its own seed, never zeros; tolerances are validate's, per dtype
+// (validate/validate.cpp says why each number is what it is): a kernel may be no
+// worse than the unfused low-precision path plus a few units of the dtype's
+// rounding, and never beyond an absolute bound.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "kernels/backend.hpp"
+#include "model/error.hpp"
+#include "validate/validate.hpp"
+
+using namespace celtune;
+
+namespace {
+std::unique_ptr<Backend>& gpu() {
+  static std::unique_ptr<Backend> b = open_backend("0");
+  return b;
+}
+uint64_t next_seed() {
+  static uint64_t s = 0x5eed;
+  return ++s;
+}
+
+void expect_pass(const ValidationCase& vc) {
+  const CaseResult r = validate_case(*gpu(), vc);
+  CAPTURE(vc.name);
+  CAPTURE(vc.problem.key());
+  CAPTURE(to_string(vc.config));
+  CAPTURE(vc.spec.seed);
+  CAPTURE(r.error);
+  CHECK(r.error.empty());
+  CHECK(r.deterministic);
+  for (const auto& o : r.outputs) {
+    CAPTURE(o.name);
+    CAPTURE(o.why);
+    CAPTURE(o.kernel.rel_l2);
+    CAPTURE(o.baseline.rel_l2);
+    CHECK(o.pass);
+  }
+}
+}  // namespace
+
+TEST_CASE("default validation matrix on the GPU (every option, dtype, odd shapes, edges)") {
+  for (const auto& vc : default_matrix(next_seed())) expect_pass(vc);
+}
+
+TEST_CASE("every block size of the compiled table, one pass and chunked, both families, every dtype") {
+  for (Family fam : {Family::flce, Family::ce})
+    for (DType dt : {DType::bf16, DType::fp16, DType::fp32})
+      for (int threads : {128, 256})
+        for (int elems : {1, 2, 4, 8, 16, 32})
+          for (bool chunked : {false, true}) {
+            ValidationCase vc;
+            Problem& p = vc.problem;
+            p.family = fam, p.tokens = 37, p.hidden = fam == Family::flce ? 64 : 0, p.vocab = 10007, p.dtype = dt;
+            p.loss.label_smoothing = 0.05;
+            KernelConfig& c = vc.config;
+            c.threads = threads, c.block_size = threads * elems;
+            c.v_chunk = chunked ? std::max(2048, c.block_size) : 0;
+            c.row_chunk = fam == Family::flce ? 16 : 0;  // 37 rows: chunks of 16, 16, 5
+            vc.spec.seed = next_seed();
+            vc.name = "table";
+            expect_pass(vc);
+          }
+}
+
+TEST_CASE("a larger flce shape through the default config and through output-dtype accumulation") {
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::flce, p.tokens = 300, p.hidden = 256, p.vocab = 32003, p.dtype = DType::bf16, p.bias = true;
+  vc.config = default_config(p);
+  vc.spec.seed = next_seed();
+  vc.name = "default";
+  expect_pass(vc);
+  vc.config.v_chunk = 4096, vc.config.row_chunk = 128, vc.config.dw_acc_fp32 = vc.config.dx_acc_fp32 = false;
+  vc.spec.seed = next_seed();
+  expect_pass(vc);
+}
+
+TEST_CASE("a target outside [0, V) is an input error naming the token") {
+  Problem p;
+  p.family = Family::flce, p.tokens = 9, p.hidden = 16, p.vocab = 100, p.dtype = DType::bf16;
+  HostCase in = make_case(p, CaseSpec{.seed = next_seed()});
+  in.targets[6] = 100;
+  try {
+    gpu()->run(p, default_config(p), in);
+    FAIL("no error for target 100 with V = 100");
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::usage);
+    CHECK(std::string(e.what()).find("token 6") != std::string::npos);
+  }
+}
+
+TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang") {
+  Problem p;
+  p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = DType::bf16;
+  HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
+  in.logits[5000 + 17] = NAN;
+  in.logits[3 * 5000 + 4] = INFINITY;
+  KernelConfig c;
+  c.block_size = 1024, c.threads = 256;
+  const HostOutputs out = gpu()->run(p, c, in);
+  CHECK(std::isnan(out.loss));
+  CHECK(std::isnan(out.lse[1]));
+  CHECK(std::isfinite(out.lse[0]));
+}
+
+TEST_CASE("unsupported configs and shapes are refused with a clear message") {
+  Problem p;
+  p.family = Family::flce, p.tokens = 8, p.hidden = 20, p.vocab = 100, p.dtype = DType::bf16;  // H % 8 != 0
+  CHECK_THROWS_AS(gpu()->check(p, default_config(p)), Error);
+  p.hidden = 24;
+  KernelConfig c = default_config(p);
+  c.block_size = 8192, c.threads = 128;  // 64 elements per thread: not in the table
+  CHECK_THROWS_AS(gpu()->check(p, c), Error);
+}
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::printf("no CUDA device: skipping the gpu suite\n");
+    return 77;
+  }
+  std::printf("gpu suite on %s\n", gpu()->device().name.c_str());
+  doctest::Context ctx;
+  ctx.applyCommandLine(argc, argv);
+  const int rc = ctx.run();
+  gpu().reset();
+  return rc;
+}

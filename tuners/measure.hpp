@@ -1,0 +1,31 @@
+// The one shared timer: warm-up, L2 flush before every timed run, median and
+// spread. bench uses it now; tune and the tests use the same code.
+#pragma once
+
+#include <vector>
+
+#include "db/records.hpp"
+#include "kernels/backend.hpp"
+
+namespace celtune {
+
+struct TimingPlan {
+  int warmup = 3;
+  int min_runs = 20;
+  int max_runs = 200;
+  // Keep sampling until the 95% confidence interval of the median is within this
+  // fraction of it, or max_runs is reached (0: exactly min_runs).
+  double ci_target = 0.01;
+};
+
+// Times `c` on `w`; every sample is preceded by a cache flush (outside the timed region).
+std::vector<double> time_runs(Workload& w, const KernelConfig& c, const TimingPlan& plan);
+
+// Median, p20, p80, count and spread of samples in milliseconds.
+db::Stats summarize(std::vector<double> ms);
+
+// Half-width of the distribution-free 95% confidence interval of the median,
+// relative to the median (order statistics at n/2 ± 0.98·√n).
+double median_ci_fraction(std::vector<double> ms);
+
+}  // namespace celtune

@@ -21,6 +21,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -114,6 +115,16 @@ __device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, i
   return 0.0f;
 }
 
+// The bias for columns start … start+ELEMS of the problem, in fp32 (0 without bias).
+template <typename T, int ELEMS>
+__device__ __forceinline__ void add_bias(const LossParams& p, int64_t col, int64_t cols_left, float (&x)[ELEMS]) {
+  if (!p.bias) return;
+  const T* b = static_cast<const T*>(p.bias);
+#pragma unroll
+  for (int k = 0; k < ELEMS; ++k)
+    if (k < cols_left) x[k] += Conv<T>::to(b[col + k]);
+}
+
 template <typename T, int ELEMS>
 __device__ __forceinline__ void load(const T* row, int64_t start, int64_t cols, bool aligned, float (&x)[ELEMS]) {
   using A = Access<T, ELEMS>;
@@ -159,7 +170,7 @@ __device__ __forceinline__ bool row_aligned(const T* row) {
 // ignored tokens, since the gradient GEMMs read the whole tile.
 template <typename T, int ELEMS>
 __device__ __forceinline__ void write_grad_row(const T* row, T* orow, const TileView& v, const LossParams& p, float L,
-                                               float c, int64_t y) {
+                                               float c, int64_t y, const T* cache, int64_t cache_elems) {
   const bool aligned = row_aligned<T, ELEMS>(row) && row_aligned<T, ELEMS>(orow);
   const int64_t block = int64_t{ELEMS} * blockDim.x;
   const float s = p.softcap, eps = p.label_smoothing;
@@ -173,7 +184,10 @@ __device__ __forceinline__ void write_grad_row(const T* row, T* orow, const Tile
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
     } else {
-      load<T, ELEMS>(row, start, v.cols, aligned, x);
+      // The fused path kept this part of the row on chip during the forward sweep.
+      const bool cached = aligned && start + ELEMS <= cache_elems;
+      load<T, ELEMS>(cached ? cache : row, start, v.cols, aligned, x);
+      add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) {
         const float z = softcap(x[k], s);
@@ -189,7 +203,9 @@ __device__ __forceinline__ void write_grad_row(const T* row, T* orow, const Tile
 
 template <typename T, int ELEMS>
 __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, bool last, bool grad, float* lse,
-                            float* token_loss) {
+                            float* token_loss, int64_t cache_elems) {
+  extern __shared__ uint4 cache_raw[];  // fused path only: the row's leading elements
+  T* cache = reinterpret_cast<T*>(cache_raw);
   const int64_t r = blockIdx.x, gr = v.r0 + r;
   T* row = static_cast<T*>(v.tile) + r * v.ld;
   const bool aligned = row_aligned<T, ELEMS>(row);
@@ -197,25 +213,49 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
   const float s = p.softcap;
   float tm = kNegInf, td = 0.0f, tzs = 0.0f;
   bool nan = false;
+  using A = Access<T, ELEMS>;
   for (int64_t base = 0; base < v.cols; base += block) {
     const int64_t start = base + int64_t{threadIdx.x} * ELEMS;
     float x[ELEMS];
-    load<T, ELEMS>(row, start, v.cols, aligned, x);
     float lm = kNegInf;
+    if (aligned && start + ELEMS <= v.cols) {
+      // Full tile: wide loads, no per-element masks (the common case).
 #pragma unroll
-    for (int k = 0; k < ELEMS; ++k) {
-      if (start + k < v.cols) {
+      for (int k = 0; k < ELEMS; k += A::kPer) {
+        const typename A::V raw = *reinterpret_cast<const typename A::V*>(row + start + k);
+        if (start + k + A::kPer <= cache_elems) *reinterpret_cast<typename A::V*>(cache + start + k) = raw;
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int q = 0; q < A::kPer; ++q) x[k + q] = Conv<T>::to(e[q]);
+      }
+      add_bias<T, ELEMS>(p, v.v0 + start, ELEMS, x);
+#pragma unroll
+      for (int k = 0; k < ELEMS; ++k) {
         x[k] = softcap(x[k], s);
         nan |= isnan(x[k]);
         lm = fmaxf(lm, x[k]);  // fmaxf drops NaN; `nan` carries it instead
         tzs += x[k];
+      }
+    } else {
+      load<T, ELEMS>(row, start, v.cols, false, x);
+      add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
+#pragma unroll
+      for (int k = 0; k < ELEMS; ++k) {
+        if (start + k < v.cols) {
+          x[k] = softcap(x[k], s);
+          nan |= isnan(x[k]);
+          lm = fmaxf(lm, x[k]);
+          tzs += x[k];
+        } else {
+          x[k] = kNegInf;
+        }
       }
     }
     const float nm = fmaxf(tm, lm);
     if (nm != kNegInf) {
       float acc = 0.0f;
 #pragma unroll
-      for (int k = 0; k < ELEMS; ++k) acc += (start + k < v.cols) ? __expf(x[k] - nm) : 0.0f;
+      for (int k = 0; k < ELEMS; ++k) acc += __expf(x[k] - nm);  // masked: exp(−inf) = 0
       td = td * __expf(tm - nm) + acc;
       tm = nm;
     }
@@ -256,7 +296,11 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
         zt = st.z_target[gr];
       }
       const int64_t y = target_of(p, gr);
-      if (valid_target(p, y) && y >= v.v0 && y < v.v0 + v.cols) zt = softcap(Conv<T>::to(row[y - v.v0]), s);
+      if (valid_target(p, y) && y >= v.v0 && y < v.v0 + v.cols) {
+        float z = Conv<T>::to(row[y - v.v0]);
+        if (p.bias) z += Conv<T>::to(static_cast<const T*>(p.bias)[y]);
+        zt = softcap(z, s);
+      }
       if (!last) {
         st.m[gr] = m, st.d[gr] = d, st.z_sum[gr] = zs, st.z_target[gr] = zt;
       } else {
@@ -278,7 +322,7 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
   // Every thread needs the final L; the barrier also orders this block's reads of
   // the row above before the in-place writes below.
   __syncthreads();
-  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v, p, s_L, s_c, s_y);
+  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v, p, s_L, s_c, s_y, cache, cache_elems);
 }
 
 template <typename T, int ELEMS>
@@ -286,11 +330,12 @@ __global__ void grad_kernel(TileView v, LossParams p, const float* lse) {
   const int64_t r = blockIdx.x, gr = v.r0 + r;
   T* row = static_cast<T*>(v.tile) + r * v.ld;
   const int64_t y = target_of(p, gr);
-  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v, p, lse[gr], token_scale(p, gr, y), y);
+  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v, p, lse[gr], token_scale(p, gr, y), y,
+                           nullptr, 0);
 }
 
 // ---- dispatch table: (dtype, ELEMS) → kernel pointer ----
-using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*, float*);
+using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*, float*, int64_t);
 using GradFn = void (*)(TileView, LossParams, const float*);
 
 constexpr int kElems[] = {1, 2, 4, 8, 16, 32};
@@ -397,12 +442,27 @@ bool ce_launch_supported(const CeLaunch& l, DType, const char** why) {
   return true;
 }
 
+// Shared memory a block may use beyond the kernel's static arrays (opt-in limit).
+int64_t max_cache_elems(DType t) {
+  static const int bytes = [] {
+    int dev = 0, optin = 0;
+    CELTUNE_CUDA(cudaGetDevice(&dev));
+    CELTUNE_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return optin - 2048;  // the reduction arrays and a margin
+  }();
+  return bytes / dtype_bytes(t) / 64 * 64;
+}
+
 void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool first, bool last, bool grad, float* lse,
              float* token_loss, const CeLaunch& l, cudaStream_t st) {
   if (v.rows == 0) return;
   const int i = elems_index(l);
   const FoldFn fn = pick(p.dtype, i, Table<float>::fold, Table<__nv_bfloat16>::fold, Table<__half>::fold);
-  fn<<<static_cast<unsigned>(v.rows), l.threads, 0, st>>>(v, p, s, first, last, grad, lse, token_loss);
+  // The cache only helps when this launch also writes the gradient.
+  const int64_t cache = grad ? std::min(l.cache_elems, std::min(v.cols, max_cache_elems(p.dtype))) : 0;
+  const size_t smem = static_cast<size_t>(cache * dtype_bytes(p.dtype));
+  if (smem > 48 * 1024) CELTUNE_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  fn<<<static_cast<unsigned>(v.rows), l.threads, smem, st>>>(v, p, s, first, last, grad, lse, token_loss, cache);
   CELTUNE_LAUNCHED();
 }
 

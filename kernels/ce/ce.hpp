@@ -42,12 +42,23 @@ struct LossParams {
   const float* grad_scale;   // device scalar g (mean/sum)
   const float* grad_tokens;  // device vector g_i (none)
   const int64_t* n_valid;    // device scalar
+  // flce bias b [V] in the input dtype, added in fp32 to the GEMM's rounded
+  // product as the tile is read (null: none). Adding it here rather than in the
+  // GEMM's epilogue rounds each logit once, not twice.
+  const void* bias;
 };
 
 struct CeLaunch {
   int block_size;  // elements per tile, = threads × elements per thread
   int threads;
+  // Fused forward+backward (fold with grad): keep up to this many leading
+  // elements of the row in shared memory between the two sweeps, so they are read
+  // from device memory once. 0: re-read the row.
+  int64_t cache_elems = 0;
 };
+
+// The most row elements of dtype t a fused launch can keep on chip.
+int64_t max_cache_elems(DType t);
 
 // Whether (block_size, threads) is in the compiled table; the message says why not.
 bool ce_launch_supported(const CeLaunch& l, DType t, const char** why);

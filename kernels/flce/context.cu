@@ -1,5 +1,6 @@
 #include "context.hpp"
 
+#include <cstdlib>
 #include <string>
 
 #include "kernels/cuda_check.hpp"
@@ -7,6 +8,8 @@
 namespace celtune::cuda {
 
 Context::Context(int device) : device_(device) {
+  const char* poison = std::getenv("CELTUNE_POISON_SCRATCH");
+  poison_scratch_ = poison && *poison && std::string(poison) != "0";
   CELTUNE_CUDA(cudaSetDevice(device));
   CELTUNE_CUBLAS(cublasLtCreate(&lt_));
   CELTUNE_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
@@ -41,10 +44,6 @@ const Context::Plan& Context::plan(const GemmShape& s) {
   const cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (s.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-  }
   CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, s.ab_type, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda));
   CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, s.ab_type, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb));
   CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.d, s.d_type, s.m, s.n, s.ldd));
@@ -76,11 +75,8 @@ const Context::Plan& Context::plan(const GemmShape& s) {
   return plans_.emplace(s, p).first->second;
 }
 
-void Context::gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, const void* bias,
-                   cudaStream_t st) {
+void Context::gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st) {
   const Plan& p = plan(s);
-  if (s.bias)
-    CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = 1.0f;
   CELTUNE_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, workspace_,
                                 kWorkspaceBytes, st));

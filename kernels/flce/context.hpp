@@ -13,13 +13,12 @@
 
 namespace celtune::cuda {
 
-// One GEMM shape in cuBLASLt's column-major terms: D[m,n] = op(A)[m,k] · op(B)[k,n] (+ bias).
+// One GEMM shape in cuBLASLt's column-major terms: D[m,n] = op(A)[m,k] · op(B)[k,n].
 struct GemmShape {
   cudaDataType_t ab_type, d_type;
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldd;
-  bool bias;
-  auto tie() const { return std::tie(ab_type, d_type, trans_a, trans_b, m, n, k, lda, ldb, ldd, bias); }
+  auto tie() const { return std::tie(ab_type, d_type, trans_a, trans_b, m, n, k, lda, ldb, ldd); }
   bool operator<(const GemmShape& o) const { return tie() < o.tie(); }
 };
 
@@ -31,9 +30,11 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
-  // D = alpha·op(A)·op(B) + beta·D (+ bias[m] when shape.bias), fp32 accumulation.
-  void gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, const void* bias,
-            cudaStream_t st);
+  // D = op(A)·op(B) + beta·D, fp32 accumulation.
+  void gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st);
+  // CELTUNE_POISON_SCRATCH=1: fill scratch with NaN before every call, so a read
+  // of scratch nothing wrote shows up as NaN in the outputs (the gpu suite sets it).
+  bool poison_scratch() const { return poison_scratch_; }
   // Scratch of at least `bytes`, valid until the next call; contents undefined.
   void* scratch(size_t bytes);
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -47,6 +48,7 @@ class Context {
   const Plan& plan(const GemmShape& s);
 
   int device_;
+  bool poison_scratch_ = false;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;

@@ -93,6 +93,7 @@ LossParams loss_params(const Problem& p, const Args& a, const int64_t* n_valid) 
   lp.grad_scale = a.grad_scale;
   lp.grad_tokens = a.grad_tokens;
   lp.n_valid = n_valid;
+  lp.bias = p.family == Family::flce && p.bias ? a.b : nullptr;
   return lp;
 }
 
@@ -129,7 +130,6 @@ void check_supported(const Problem& p, const KernelConfig& c) {
   if (!ce_launch_supported(CeLaunch{c.block_size, c.threads}, p.dtype, &why))
     fail_usage(std::string("config ") + to_string(c) + ": " + why);
   if (c.rows_per_block != 1) fail_usage("the CUDA ce kernels take rows_per_block = 1");
-  if (c.fused) fail_usage("the fused (thread-block cluster) ce variant is not built yet");
   if (!c.gemm_algos.empty()) fail_usage("tuned cuBLASLt algorithms are not supported yet");
   if (p.family == Family::flce) {
     const int64_t align = p.dtype == DType::fp32 ? 4 : 8;
@@ -154,8 +154,9 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
   const LossParams lp = loss_params(p, a, n_valid);
   const RowState rs = row_state(base, L);
-  const CeLaunch launch{c.block_size, c.threads};
+  const CeLaunch launch{c.block_size, c.threads, c.fused ? L.vc : 0};
   void* tile = base + L.tile;
+  if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
   float* dx_acc = reinterpret_cast<float*>(base + L.dx);
   float* dw_acc = reinterpret_cast<float*>(base + L.dw);
   float* db_acc = reinterpret_cast<float*>(base + L.db);
@@ -169,23 +170,23 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   count_targets(lp, L.N, n_valid, bad, st);
   if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
 
-  // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ (+ b[C]).
+  // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ. The bias joins in the CE kernels (LossParams::bias).
   auto logits = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
-    const GemmShape s{ty, ty, true, false, cols, rows, H, H, H, L.ld_vc, p.bias};
-    ctx.gemm(s, at(a.w, v0 * H, bytes), at(a.x, r0 * H, bytes), tile, 0.0f, p.bias ? at(a.b, v0, bytes) : nullptr, st);
+    const GemmShape s{ty, ty, true, false, cols, rows, H, H, H, L.ld_vc};
+    ctx.gemm(s, at(a.w, v0 * H, bytes), at(a.x, r0 * H, bytes), tile, 0.0f, st);
   };
   // GEMMs 2 and 3 and db, from a dZ tile.
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     const bool first_v = v0 == 0, first_r = r0 == 0;
     {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
       void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
-      const GemmShape s{ty, L.dx_acc ? CUDA_R_32F : ty, false, false, H, rows, cols, H, L.ld_vc, H, false};
-      ctx.gemm(s, at(a.w, v0 * H, bytes), tile, d, first_v ? 0.0f : 1.0f, nullptr, st);
+      const GemmShape s{ty, L.dx_acc ? CUDA_R_32F : ty, false, false, H, rows, cols, H, L.ld_vc, H};
+      ctx.gemm(s, at(a.w, v0 * H, bytes), tile, d, first_v ? 0.0f : 1.0f, st);
     }
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
-      const GemmShape s{ty, L.dw_acc ? CUDA_R_32F : ty, false, true, H, cols, rows, H, L.ld_vc, H, false};
-      ctx.gemm(s, at(a.x, r0 * H, bytes), tile, d, first_r ? 0.0f : 1.0f, nullptr, st);
+      const GemmShape s{ty, L.dw_acc ? CUDA_R_32F : ty, false, true, H, cols, rows, H, L.ld_vc, H};
+      ctx.gemm(s, at(a.x, r0 * H, bytes), tile, d, first_r ? 0.0f : 1.0f, st);
     }
     if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);
   };
@@ -223,8 +224,9 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
   const LossParams lp = loss_params(p, a, n_valid);
   const RowState rs = row_state(base, L);
-  const CeLaunch launch{c.block_size, c.threads};
+  const CeLaunch launch{c.block_size, c.threads, c.fused ? L.vc : 0};
   const int64_t bytes = dtype_bytes(p.dtype);
+  if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
   count_targets(lp, L.N, n_valid, bad, st);
   auto view = [&](int64_t v0, int64_t cols) {
     return TileView{static_cast<char*>(a.logits) + v0 * bytes, L.V, 0, L.N, v0, cols,

@@ -96,6 +96,7 @@ Action register_bench(CLI::App& app) {
       if (configs.empty()) configs.push_back(default_config(p0));
       if (p0.family == Family::flce) {
         for (const KernelConfig& c : configs) {
+          if (c.v_chunk_for(p0) < p0.vocab && c.block_size > c.v_chunk_for(p0)) continue;
           Row r{"flce", "celtune", std::string(to_string(p0.mode)), p0, to_string(c), time(p0, c, seed++), floor, 0, 0,
                 static_cast<double>(backend->scratch_bytes(p0, c))};
           r.tflops = gemms * flops1 / (r.stats.median_ms * 1e-3) / 1e12;
@@ -116,21 +117,29 @@ Action register_bench(CLI::App& app) {
         }
       }
       if (!a->no_ce && f.copy_gb_per_s > 0) {
-        // ce on the N×V logits the flce problem would have materialised.
-        for (Mode m : {Mode::forward, Mode::forward_backward}) {
+        // ce on the N×V logits (for an flce problem: the logits it would have
+        // materialised), forward against one read, forward+backward against one
+        // read plus one write, at the copy bandwidth measured above.
+        std::vector<Mode> modes{p0.mode};
+        if (p0.family == Family::flce) modes = {Mode::forward, Mode::forward_backward};
+        for (Mode m : modes) {
           Problem p = p0;
           p.family = Family::ce, p.hidden = 0, p.bias = false, p.mode = m;
-          KernelConfig c = default_config(p);
+          std::vector<KernelConfig> ce_configs{default_config(p)};
+          if (p0.family == Family::ce) ce_configs = configs;
           const double elems = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
           const double bytes = elems * dtype_bytes(p.dtype) * (m == Mode::forward ? 1 : 2);
-          Row r{"ce", "celtune", std::string(to_string(m)), p, to_string(c), {}, bytes / (f.copy_gb_per_s * 1e9) * 1e3,
-                0, 0, static_cast<double>(backend->scratch_bytes(p, c))};
-          try {
-            r.stats = time(p, c, seed++);
-            r.gbps = bytes / (r.stats.median_ms * 1e-3) / 1e9;
-            rows.push_back(r);
-          } catch (const Error& e) {
-            std::cerr << "bench: ce skipped for " << p.key() << ": " << e.what() << '\n';
+          for (KernelConfig c : ce_configs) {
+            if (p0.family == Family::ce && a->configs.empty()) c = default_config(p);
+            Row r{"ce", "celtune", std::string(to_string(m)), p, to_string(c), {},
+                  bytes / (f.copy_gb_per_s * 1e9) * 1e3, 0, 0, static_cast<double>(backend->scratch_bytes(p, c))};
+            try {
+              r.stats = time(p, c, seed++);
+              r.gbps = bytes / (r.stats.median_ms * 1e-3) / 1e9;
+              rows.push_back(r);
+            } catch (const Error& e) {
+              std::cerr << "bench: ce " << to_string(c) << " skipped for " << p.key() << ": " << e.what() << '\n';
+            }
           }
         }
       }

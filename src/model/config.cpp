@@ -34,7 +34,6 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (c.v_chunk_for(p) < p.vocab && c.block_size > c.v_chunk_for(p))
     fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
                std::to_string(c.v_chunk_for(p)));
-  if (p.family == Family::flce && c.fused) fail_usage("'fused' is a ce-family option");
   if (!c.gemm_algos.empty() && c.gemm_algos.size() != 3)
     fail_usage("gemm_algos holds one entry per GEMM role (logits, dX, dW): 3, got " +
                std::to_string(c.gemm_algos.size()));

@@ -37,8 +37,9 @@ struct KernelConfig {
   // Irrelevant when there is only one chunk to accumulate, or for fp32 inputs.
   bool dw_acc_fp32 = true;
   bool dx_acc_fp32 = true;
-  // ce family: forward+backward in one kernel reading each row once, holding the
-  // row on chip (thread-block cluster with distributed shared memory on sm_90).
+  // Forward+backward in one kernel that reads each row from device memory once:
+  // the row is held in shared memory between the forward and gradient sweeps (as
+  // much of it as fits; the rest is read again). ce family, and flce's one pass.
   bool fused = false;
   // Tuned cuBLASLt algorithms, one per GEMM role (logits, dX, dW), serialised;
   // empty means the heuristic's first choice. Valid only with the cuBLASLt version

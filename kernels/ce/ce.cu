@@ -166,38 +166,95 @@ __device__ __forceinline__ bool row_aligned(const T* row) {
   return reinterpret_cast<uintptr_t>(row) % Access<T, ELEMS>::kBytes == 0;
 }
 
+// One thread's ELEMS elements of a tile as raw vectors: what is in flight while
+// the previous tile is being computed (software pipelining: the loads of tile
+// t+1 are issued before tile t's arithmetic, so memory latency overlaps it).
+template <typename T, int ELEMS>
+struct Raw {
+  using A = Access<T, ELEMS>;
+  static constexpr int kVecs = ELEMS / A::kPer;
+  typename A::V v[kVecs];
+  __device__ __forceinline__ void load(const T* p) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) v[i] = *reinterpret_cast<const typename A::V*>(p + i * A::kPer);
+  }
+  __device__ __forceinline__ void store(T* p) const {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) *reinterpret_cast<typename A::V*>(p + i * A::kPer) = v[i];
+  }
+  __device__ __forceinline__ void to_float(float (&x)[ELEMS]) const {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const T* e = reinterpret_cast<const T*>(&v[i]);
+#pragma unroll
+      for (int q = 0; q < A::kPer; ++q) x[i * A::kPer + q] = Conv<T>::to(e[q]);
+    }
+  }
+  __device__ __forceinline__ void from_float(const float (&x)[ELEMS]) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      T* e = reinterpret_cast<T*>(&v[i]);
+#pragma unroll
+      for (int q = 0; q < A::kPer; ++q) e[q] = Conv<T>::from(x[i * A::kPer + q]);
+    }
+  }
+};
+
 // Overwrites one row of the tile with dZ. Every element is written, zeros for
-// ignored tokens, since the gradient GEMMs read the whole tile.
+// ignored tokens, since the gradient GEMMs read the whole tile. Full tiles are
+// pipelined (see Raw); `cache` holds the row's first cache_elems elements when the
+// fused path kept them on chip, read instead of device memory.
 template <typename T, int ELEMS>
 __device__ __forceinline__ void write_grad_row(const T* row, T* orow, const TileView& v, const LossParams& p, float L,
                                                float c, int64_t y, const T* cache, int64_t cache_elems) {
   const bool aligned = row_aligned<T, ELEMS>(row) && row_aligned<T, ELEMS>(orow);
-  const int64_t block = int64_t{ELEMS} * blockDim.x;
+  const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
+  const int64_t n_full = aligned ? v.cols / block : 0;
   const float s = p.softcap, eps = p.label_smoothing;
   const float coef = 1.0f + 2.0f * p.z_loss * L;
   const float smooth = eps / static_cast<float>(p.vocab);
   const int64_t y_local = y - v.v0;  // the target's column in this tile, if it is here
-  for (int64_t base = 0; base < v.cols; base += block) {
-    const int64_t start = base + int64_t{threadIdx.x} * ELEMS;
+  auto grad = [&](int64_t start, float (&x)[ELEMS], int64_t valid) {
+    add_bias<T, ELEMS>(p, v.v0 + start, valid, x);
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k) {
+      const float z = softcap(x[k], s);
+      float g = coef * __expf(z - L) - smooth;
+      if (start + k == y_local) g -= 1.0f - eps;  // in fp32, before rounding dZ
+      const float cap = s > 0.0f ? 1.0f - (z / s) * (z / s) : 1.0f;
+      x[k] = c * g * cap;
+    }
+  };
+  auto src = [&](int64_t start) { return start + ELEMS <= cache_elems ? cache + start : row + start; };
+  Raw<T, ELEMS> cur, nxt;
+  if (c != 0.0f && n_full > 0) cur.load(src(mine));
+  for (int64_t t = 0; t < n_full; ++t) {
+    const int64_t start = t * block + mine;
     float x[ELEMS];
     if (c == 0.0f) {
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
     } else {
-      // The fused path kept this part of the row on chip during the forward sweep.
-      const bool cached = aligned && start + ELEMS <= cache_elems;
-      load<T, ELEMS>(cached ? cache : row, start, v.cols, aligned, x);
-      add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
-#pragma unroll
-      for (int k = 0; k < ELEMS; ++k) {
-        const float z = softcap(x[k], s);
-        float g = coef * __expf(z - L) - smooth;
-        if (start + k == y_local) g -= 1.0f - eps;  // in fp32, before rounding dZ
-        const float cap = s > 0.0f ? 1.0f - (z / s) * (z / s) : 1.0f;
-        x[k] = c * g * cap;
-      }
+      if (t + 1 < n_full) nxt.load(src(start + block));
+      cur.to_float(x);
+      grad(start, x, ELEMS);
+      cur = nxt;
     }
-    store<T, ELEMS>(orow, start, v.cols, aligned, x);
+    Raw<T, ELEMS> out;
+    out.from_float(x);
+    out.store(orow + start);
+  }
+  for (int64_t base = n_full * block; base < v.cols; base += block) {  // the ragged tail, masked
+    const int64_t start = base + mine;
+    float x[ELEMS];
+    if (c == 0.0f) {
+#pragma unroll
+      for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
+    } else {
+      load<T, ELEMS>(row, start, v.cols, false, x);
+      grad(start, x, v.cols - start);
+    }
+    store<T, ELEMS>(orow, start, v.cols, false, x);
   }
 }
 
@@ -213,52 +270,58 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
   const float s = p.softcap;
   float tm = kNegInf, td = 0.0f, tzs = 0.0f;
   bool nan = false;
-  using A = Access<T, ELEMS>;
-  for (int64_t base = 0; base < v.cols; base += block) {
-    const int64_t start = base + int64_t{threadIdx.x} * ELEMS;
+  const int64_t mine = int64_t{threadIdx.x} * ELEMS;
+  // The online update of this thread's (max, sum-exp) by one tile's values.
+  auto fold = [&](float (&x)[ELEMS], float lm) {
+    const float nm = fmaxf(tm, lm);
+    if (nm == kNegInf) return;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k) acc += __expf(x[k] - nm);  // masked elements: exp(−inf) = 0
+    td = td * __expf(tm - nm) + acc;
+    tm = nm;
+  };
+  // Full tiles (every thread's elements in range): wide loads, no masks, and the
+  // next tile's loads in flight while this one is computed.
+  const int64_t n_full = aligned ? v.cols / block : 0;
+  Raw<T, ELEMS> cur, nxt;
+  if (n_full > 0) cur.load(row + mine);
+  for (int64_t t = 0; t < n_full; ++t) {
+    const int64_t start = t * block + mine;
+    if (t + 1 < n_full) nxt.load(row + start + block);
+    if (start + ELEMS <= cache_elems) cur.store(cache + start);  // fused: keep it on chip
     float x[ELEMS];
+    cur.to_float(x);
+    add_bias<T, ELEMS>(p, v.v0 + start, ELEMS, x);
     float lm = kNegInf;
-    if (aligned && start + ELEMS <= v.cols) {
-      // Full tile: wide loads, no per-element masks (the common case).
 #pragma unroll
-      for (int k = 0; k < ELEMS; k += A::kPer) {
-        const typename A::V raw = *reinterpret_cast<const typename A::V*>(row + start + k);
-        if (start + k + A::kPer <= cache_elems) *reinterpret_cast<typename A::V*>(cache + start + k) = raw;
-        const T* e = reinterpret_cast<const T*>(&raw);
+    for (int k = 0; k < ELEMS; ++k) {
+      x[k] = softcap(x[k], s);
+      nan |= isnan(x[k]);
+      lm = fmaxf(lm, x[k]);  // fmaxf drops NaN; `nan` carries it instead
+      tzs += x[k];
+    }
+    fold(x, lm);
+    cur = nxt;
+  }
+  for (int64_t base = n_full * block; base < v.cols; base += block) {  // the ragged tail, masked
+    const int64_t start = base + mine;
+    float x[ELEMS];
+    load<T, ELEMS>(row, start, v.cols, false, x);
+    add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
+    float lm = kNegInf;
 #pragma unroll
-        for (int q = 0; q < A::kPer; ++q) x[k + q] = Conv<T>::to(e[q]);
-      }
-      add_bias<T, ELEMS>(p, v.v0 + start, ELEMS, x);
-#pragma unroll
-      for (int k = 0; k < ELEMS; ++k) {
+    for (int k = 0; k < ELEMS; ++k) {
+      if (start + k < v.cols) {
         x[k] = softcap(x[k], s);
         nan |= isnan(x[k]);
-        lm = fmaxf(lm, x[k]);  // fmaxf drops NaN; `nan` carries it instead
+        lm = fmaxf(lm, x[k]);
         tzs += x[k];
-      }
-    } else {
-      load<T, ELEMS>(row, start, v.cols, false, x);
-      add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
-#pragma unroll
-      for (int k = 0; k < ELEMS; ++k) {
-        if (start + k < v.cols) {
-          x[k] = softcap(x[k], s);
-          nan |= isnan(x[k]);
-          lm = fmaxf(lm, x[k]);
-          tzs += x[k];
-        } else {
-          x[k] = kNegInf;
-        }
+      } else {
+        x[k] = kNegInf;
       }
     }
-    const float nm = fmaxf(tm, lm);
-    if (nm != kNegInf) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < ELEMS; ++k) acc += __expf(x[k] - nm);  // masked: exp(−inf) = 0
-      td = td * __expf(tm - nm) + acc;
-      tm = nm;
-    }
+    fold(x, lm);
   }
   // NaN inputs must give a NaN loss (as PyTorch): poison d, and give m a finite
   // value so the merges below do not skip this thread as empty.

@@ -40,38 +40,34 @@ void validate_config(const Problem& p, const KernelConfig& c) {
 }
 
 KernelConfig default_config(const Problem& p) {
+  // Measured on an H100 (docs/results.md, 2026-11-22): tiles of 2048 with 256
+  // threads read logits at 93% of copy bandwidth.
   KernelConfig c;
   c.block_size = 2048;
   c.threads = 256;
   c.rows_per_block = 1;
-  if (p.family == Family::ce) {
-    c.v_chunk = 0;  // one block per row covers the whole vocabulary
-    c.row_chunk = 0;
-    return c;
-  }
-  // flce. Large GEMMs are what make the fused path fast: keep the logits tile
-  // at 2^27 bytes (128 MiB) and make it as tall as possible, since a tall tile
-  // means dW is written few times. One pass when a tile of at least 1024 rows can
-  // hold the whole vocabulary.
-  constexpr int64_t kTileBytes = int64_t{1} << 27;
+  if (p.family == Family::ce) return c;  // one block per row, whole vocabulary
+  // flce: one pass (three GEMMs) with as many rows per chunk as fit a 224 MiB
+  // tile, which with cuBLASLt's 32 MiB workspace keeps scratch within 256 MiB.
+  // On the H100 this ran at 1.12x the three-GEMM floor for Llama-3-8B shapes,
+  // where two passes (four GEMMs) cannot beat 1.33x. Only when a row chunk would
+  // fall under 128 rows (V beyond ~900k in bf16) do vocabulary chunks take over.
+  constexpr int64_t kTileBytes = int64_t{224} << 20;
   const int64_t bytes = dtype_bytes(p.dtype);
   const int64_t rows_full_v = kTileBytes / (p.vocab * bytes);
-  if (rows_full_v >= std::min<int64_t>(1024, p.tokens)) {
+  if (rows_full_v >= std::min<int64_t>(128, p.tokens)) {
     c.v_chunk = 0;
-    c.row_chunk = std::min(p.tokens, rows_full_v);
+    c.row_chunk = rows_full_v >= p.tokens ? 0 : rows_full_v / 128 * 128;  // whole GEMM tiles
   } else {
-    c.row_chunk = std::min<int64_t>(p.tokens, 8192);
-    int64_t vc = kTileBytes / (c.row_chunk * bytes);
-    vc = std::max<int64_t>(2048, vc / 256 * 256);  // multiples of 256 keep GEMMs aligned
-    c.v_chunk = vc >= p.vocab ? 0 : vc;
+    c.row_chunk = std::min<int64_t>(p.tokens, 1024);
+    c.v_chunk = std::max<int64_t>(2048, kTileBytes / (c.row_chunk * bytes) / 256 * 256);
   }
-  // Rows that divide into the GEMM's tiles evenly waste no work: round down to 128.
-  if (c.row_chunk > 128) c.row_chunk = c.row_chunk / 128 * 128;
-  if (c.row_chunk >= p.tokens) c.row_chunk = 0;
-  const int64_t vcf = c.v_chunk_for(p);
-  while (c.block_size > 256 && c.block_size > vcf) c.block_size /= 2;
-  c.dw_acc_fp32 = true;
+  // dW accumulates across row chunks in fp32 unless that accumulator (V×H×4)
+  // alone would break the budget; then in the output dtype (validated in the gpu
+  // suite at 16 row chunks in bf16).
+  c.dw_acc_fp32 = p.vocab * p.hidden * 4 <= kTileBytes;
   c.dx_acc_fp32 = true;
+  while (c.block_size > 256 && c.block_size > c.v_chunk_for(p)) c.block_size /= 2;
   return c;
 }
 

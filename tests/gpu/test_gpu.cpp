@@ -89,6 +89,19 @@ TEST_CASE("a larger flce shape through the default config and through output-dty
   expect_pass(vc);
 }
 
+TEST_CASE("dW accumulated in bf16 across 16 row chunks stays within tolerance (the default's choice)") {
+  for (DType dt : {DType::bf16, DType::fp16}) {
+    ValidationCase vc;
+    Problem& p = vc.problem;
+    p.family = Family::flce, p.tokens = 2048, p.hidden = 256, p.vocab = 8000, p.dtype = dt;
+    vc.config = default_config(p);
+    vc.config.row_chunk = 128, vc.config.dw_acc_fp32 = false;
+    vc.spec.seed = next_seed();
+    vc.name = "dw-out-16-chunks";
+    expect_pass(vc);
+  }
+}
+
 TEST_CASE("a target outside [0, V) is an input error naming the token") {
   Problem p;
   p.family = Family::flce, p.tokens = 9, p.hidden = 16, p.vocab = 100, p.dtype = DType::bf16;

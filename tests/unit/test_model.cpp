@@ -88,9 +88,14 @@ TEST_CASE("default config is sensible for the Llama-3 classifier") {
   const KernelConfig c = default_config(p);
   CHECK_NOTHROW(validate_config(p, c));
   const int64_t tile_bytes = c.row_chunk_for(p) * c.v_chunk_for(p) * 2;
-  CHECK(tile_bytes <= (int64_t{1} << 27));
-  CHECK(c.row_chunk_for(p) >= 256);   // GEMMs stay large
-  CHECK(c.v_chunk_for(p) >= 2048);
+  CHECK(tile_bytes <= (int64_t{224} << 20));  // + 32 MiB workspace: within 256 MiB
+  CHECK(c.one_pass(p));                       // three GEMMs, not four
+  CHECK(c.row_chunk_for(p) >= 512);           // GEMMs stay large
+  CHECK_FALSE(c.dw_acc_fp32);                 // a 2 GiB fp32 dW accumulator would break the budget
+  p.vocab = 2000000;                          // a vocabulary too wide for one pass
+  const KernelConfig wide = default_config(p);
+  CHECK_NOTHROW(validate_config(p, wide));
+  CHECK_FALSE(wide.one_pass(p));
   p.tokens = 1;
   CHECK_NOTHROW(validate_config(p, default_config(p)));
 }

@@ -59,6 +59,9 @@ class Backend {
 
   // GEMM and copy-bandwidth floors for a problem (GPU backends only).
   virtual Floors measure_floors(const Problem&) { return {}; }
+
+  // The SM clock now, in MHz, read without changing anything (0 where unknown).
+  virtual double sm_clock_mhz() { return 0; }
 };
 
 // "cpu", a CUDA ordinal ("0", "cuda:0"), or "" for the default: the first CUDA GPU,

@@ -5,6 +5,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -228,12 +230,46 @@ double median_ms(F&& f, int runs) {
   return t[t.size() / 2];
 }
 
+// NVML, loaded at run time so the build needs no NVML headers or library; it
+// comes with the driver. Read-only use: the clock is recorded, never set.
+class Nvml {
+ public:
+  Nvml() {
+    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) return;
+    init_ = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlInit_v2"));
+    by_pci_ = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
+    ok_ = init_ && by_pci_ && clock_ && init_() == 0;
+  }
+  double sm_clock(int ordinal) {
+    if (!ok_) return 0;
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, ordinal) != cudaSuccess) return 0;
+    void* dev = nullptr;
+    unsigned mhz = 0;
+    if (by_pci_(bus, &dev) != 0 || clock_(dev, /*NVML_CLOCK_SM*/ 1, &mhz) != 0) return 0;
+    return mhz;
+  }
+
+ private:
+  void* lib_ = nullptr;
+  int (*init_)() = nullptr;
+  int (*by_pci_)(const char*, void**) = nullptr;
+  int (*clock_)(void*, int, unsigned*) = nullptr;
+  bool ok_ = false;
+};
+
 class CudaBackend : public Backend {
  public:
-  explicit CudaBackend(int ordinal) : info_(device_info(ordinal)), ctx_(ordinal) {
+  explicit CudaBackend(int ordinal) : info_(device_info(ordinal)), ctx_(ordinal), ordinal_(ordinal) {
     CELTUNE_CUDA(cudaDeviceGetAttribute(&l2_bytes_, cudaDevAttrL2CacheSize, ordinal));
   }
   const DeviceInfo& device() const override { return info_; }
+  double sm_clock_mhz() override {
+    static Nvml nvml;
+    return nvml.sm_clock(ordinal_);
+  }
   void check(const Problem& p, const KernelConfig& c) const override { check_supported(p, c); }
   size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override { return cuda::scratch_bytes(p, c); }
 
@@ -322,6 +358,7 @@ class CudaBackend : public Backend {
  private:
   DeviceInfo info_;
   Context ctx_;
+  int ordinal_;
   int l2_bytes_ = 0;
 };
 

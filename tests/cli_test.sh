@@ -82,13 +82,31 @@ expect 2 "bad device name" -- "$celtune" validate --device gpu-please
 expect 2 "ignore_index inside vocab" -- "$celtune" validate --device cpu --shape 4,8,100 --ignore-index 5
 # Environment errors.
 expect 3 "no such CUDA device" -- "$celtune" validate --device 99 --shape 4,8,100
-expect 3 "tune not built" -- "$celtune" tune
+# tune: usage errors, then a real (small) tune on the CPU backend, resumed.
+expect 2 "tune without a problem" -- "$celtune" tune --device cpu --db "$tmp/t.sqlite"
+expect 2 "random without budget" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy random --db "$tmp/t.sqlite"
+expect 2 "bad max-scratch" -- "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 12XB --db "$tmp/t.sqlite"
+expect 2 "bad shard" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 4/4 --db "$tmp/t.sqlite"
+expect 2 "unknown strategy" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy annealing
+expect 0 "tune cpu" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3 --json
+python3 - "$tmp/out" <<'PY' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune --json lines"; cat "$tmp/out"; }
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) == 2 and {l["problem"].split(":")[-1] for l in lines} == {"fwd", "fwdbwd"}, lines
+assert all(l["evaluated"] >= 1 and l["stats"]["samples"] >= 3 and l["speedup"] > 0 for l in lines), lines
+PY
+expect 0 "tune resumes" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3 --json
+python3 -c "import json,sys; l=[json.loads(x) for x in open('$tmp/out')]; assert all(x['reused']==x['evaluated'] for x in l), l" \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a second tune did not reuse stored measurements"; cat "$tmp/out"; }
+expect 0 "db list after tune" -- "$celtune" db --db "$tmp/t.sqlite" list
+contains out "2 best configs" "tune stored one best per problem"
 expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
 test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }
 head -c 5000 /dev/urandom >"$tmp/junk.sqlite"
 cp "$tmp/junk.sqlite" "$tmp/junk.copy"
 expect 3 "db list of random bytes" -- "$celtune" db --db "$tmp/junk.sqlite" list
 expect 3 "db import into random bytes" -- "$celtune" db --db "$tmp/junk.sqlite" import /dev/null
+expect 3 "tune into random bytes" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/junk.sqlite"
 cmp -s "$tmp/junk.sqlite" "$tmp/junk.copy" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a damaged database was modified"; }
 
 # db: import → list → export → merge round trip through the CLI.

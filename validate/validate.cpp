@@ -185,6 +185,28 @@ std::vector<ValidationCase> default_matrix(uint64_t seed) {
   return out;
 }
 
+ValidationCase reduced_case(const Problem& p, const KernelConfig& c, uint64_t seed) {
+  ValidationCase vc;
+  Problem& g = vc.problem;
+  KernelConfig& gc = vc.config;
+  g = p;
+  gc = c;
+  if (p.family == Family::flce) g.hidden = std::min<int64_t>(p.hidden, 64);
+  if (c.one_pass(p)) {
+    g.vocab = std::min<int64_t>(p.vocab, 3001);
+    gc.v_chunk = 0;
+  } else {
+    // Two passes with a ragged last chunk: two full chunks and a remainder.
+    g.vocab = std::min<int64_t>(p.vocab, 2 * c.v_chunk_for(p) + 123);
+  }
+  const bool several_rows = c.row_chunk_for(p) < p.tokens;
+  g.tokens = std::min<int64_t>(p.tokens, several_rows ? 83 : 67);
+  gc.row_chunk = several_rows ? 32 : 0;  // 83 rows: 32, 32, 19
+  vc.spec.seed = seed;
+  vc.name = "reduced " + g.key();
+  return vc;
+}
+
 void to_json(nlohmann::json& j, const CaseResult& r) {
   nlohmann::json outs = nlohmann::json::array();
   for (const auto& o : r.outputs)

@@ -61,6 +61,13 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc);
 // tokens ignored, targets 0 and V−1, large logits, combined options.
 std::vector<ValidationCase> default_matrix(uint64_t seed);
 
+// The same config and loss options at a shape small enough for the fp64
+// reference, keeping the code paths the config takes at the full shape: one pass
+// or two (v_chunk kept when it is narrower than V), one row chunk or several
+// (dW accumulation), the tile width, threads and the fused variant. The tuner's
+// correctness gate and validate --all-configs / --from-db use it.
+ValidationCase reduced_case(const Problem& p, const KernelConfig& c, uint64_t seed);
+
 void to_json(nlohmann::json&, const CaseResult&);
 
 }  // namespace celtune

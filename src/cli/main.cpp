@@ -28,10 +28,7 @@ int main(int argc, char** argv) {
   auto add = [&](const char* name, cli::Action a) { actions[app.get_subcommand(name)] = std::move(a); };
   add("devices", cli::register_devices(app));
   add("validate", cli::register_validate(app));
-  add("tune", cli::register_not_built(app, "tune",
-                              "Search BLOCK_SIZE, the V-chunk and the rest of the config per device and shape, "
-                              "and store the best in SQLite",
-                              "issue 5"));
+  add("tune", cli::register_tune(app));
   add("bench", cli::register_bench(app));
   add("db", cli::register_db(app));
   add("lookup", cli::register_not_built(app, "lookup",

@@ -1,0 +1,221 @@
+// celtune tune: search the config space per device and problem, store the best.
+#include <unistd.h>
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kernels/backend.hpp"
+#include "model/error.hpp"
+#include "output.hpp"
+#include "problem_args.hpp"
+#include "tuners/tune.hpp"
+
+namespace celtune::cli {
+namespace {
+
+struct TuneArgs {
+  std::string device, devices, shard, db, strategy = "guided", max_scratch = "256MiB";
+  size_t budget = 0;
+  bool force = false, json = false;
+  int64_t seed = 1;
+  int min_runs = 5, max_runs = 40;
+  ProblemArgs problem;
+};
+
+size_t parse_size(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  double v = 0;
+  auto r = std::from_chars(s.data(), s.data() + i, v);
+  if (i == 0 || r.ec != std::errc()) fail_usage("malformed size '" + s + "': expected e.g. 256MiB, 1GiB or 1048576");
+  const std::string unit = s.substr(i);
+  double m = 1;
+  if (unit.empty() || unit == "B") m = 1;
+  else if (unit == "KiB" || unit == "K") m = 1024.0;
+  else if (unit == "MiB" || unit == "M") m = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") m = 1024.0 * 1024 * 1024;
+  else fail_usage("unknown size unit '" + unit + "' in '" + s + "' (B, KiB, MiB, GiB)");
+  return static_cast<size_t>(v * m);
+}
+
+std::pair<int, int> parse_shard(const std::string& s) {
+  const auto slash = s.find('/');
+  int k = -1, n = -1;
+  if (slash != std::string::npos) {
+    std::from_chars(s.data(), s.data() + slash, k);
+    std::from_chars(s.data() + slash + 1, s.data() + s.size(), n);
+  }
+  if (n <= 0 || k < 0 || k >= n) fail_usage("malformed --shard '" + s + "': expected K/N with 0 ≤ K < N");
+  return {k, n};
+}
+
+std::string eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int s = static_cast<int>(seconds);
+  return s >= 60 ? std::to_string(s / 60) + "m" + std::to_string(s % 60) + "s" : std::to_string(s) + "s";
+}
+
+}  // namespace
+
+Action register_tune(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  auto* sub = app.add_subcommand(
+      "tune",
+      "Search BLOCK_SIZE, the V-chunk, the row chunk and the rest of the config per device and problem; gate every "
+      "candidate on correctness; store every measurement and the best config in SQLite");
+  sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
+  sub->add_option("--devices", a->devices, "CUDA ordinals to use at once, one worker each, e.g. 0,1,2,3");
+  sub->add_option("--shard", a->shard, "K/N: tune only problems whose index mod N is K (for scheduler job arrays)");
+  sub->add_option("--db", a->db,
+                  "Database file (default: $CELTUNE_DB, else $XDG_DATA_HOME/celtune/celtune.sqlite, else "
+                  "~/.local/share/celtune/celtune.sqlite)");
+  sub->add_option("--strategy", a->strategy, "exhaustive, random (with --budget) or guided (coordinate descent)")
+      ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
+      ->capture_default_str();
+  sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)");
+  sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
+      ->capture_default_str();
+  sub->add_flag("--force", a->force, "Re-measure configs the database already holds for this kernel build");
+  sub->add_flag("--json", a->json, "One JSON line per finished problem instead of the table");
+  sub->add_option("--seed", a->seed, "Seed of the random inputs and of the search")->capture_default_str();
+  sub->add_option("--min-runs", a->min_runs, "Timed runs per candidate before the CI test")
+      ->check(CLI::Range(3, 1000))
+      ->capture_default_str();
+  sub->add_option("--max-runs", a->max_runs, "Cap on timed runs per candidate")->check(CLI::Range(3, 10000))->capture_default_str();
+  add_problem_options(sub, a->problem);
+  return [a] {
+    TuneOptions o;
+    o.strategy = a->strategy == "exhaustive" ? Strategy::exhaustive
+                 : a->strategy == "random"   ? Strategy::random
+                                             : Strategy::guided;
+    if (o.strategy == Strategy::random && a->budget == 0) fail_usage("--strategy random needs --budget K");
+    o.budget = a->budget;
+    o.max_scratch = parse_size(a->max_scratch);
+    o.force = a->force;
+    o.seed = static_cast<uint64_t>(a->seed);
+    o.plan.warmup = 2;
+    o.plan.min_runs = a->min_runs;
+    o.plan.max_runs = std::max(a->min_runs, a->max_runs);
+    o.plan.ci_target = 0.01;
+
+    ProblemArgs pa = a->problem;
+    if (pa.modes.empty()) pa.modes = {"fwd", "fwdbwd"};  // both, unless told
+    if (!names_problem(pa)) fail_usage("tune needs a problem: --model PRESET --tokens LIST, or --shape N,H,V");
+    auto problems = build_problems(pa);
+    if (!a->shard.empty()) {
+      const auto [k, n] = parse_shard(a->shard);
+      std::vector<Problem> mine;
+      for (size_t i = 0; i < problems.size(); ++i)
+        if (static_cast<int>(i % static_cast<size_t>(n)) == k) mine.push_back(problems[i]);
+      problems = mine;
+    }
+    std::vector<std::string> devices;
+    if (!a->devices.empty()) {
+      std::stringstream ss(a->devices);
+      for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
+    } else {
+      devices.push_back(a->device);
+    }
+    const std::string db_path = a->db.empty() ? default_db_path() : a->db;
+    if (a->db.empty()) std::filesystem::create_directories(std::filesystem::path(db_path).parent_path());
+    { db::Store check(db_path, db::Access::read_write); }  // fail early (exit 3) on an unusable database
+
+    std::vector<std::unique_ptr<Backend>> backends;
+    for (const auto& d : devices) backends.push_back(open_backend(d));
+    const bool bar = !a->json && isatty(2);
+    std::mutex out_mu;
+    std::atomic<size_t> next{0}, finished{0};
+    std::vector<TuneResult> results;
+    std::vector<std::string> failures;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto worker = [&](Backend* backend) {
+      db::Store store(db_path, db::Access::read_write);
+      for (size_t i; (i = next++) < problems.size();) {
+        const Problem& p = problems[i];
+        try {
+          auto progress = [&](const TuneProgress& pr) {
+            if (!bar) return;
+            const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const double frac = (static_cast<double>(finished) + static_cast<double>(pr.done) / pr.total) / problems.size();
+            const int w = 24, fill = static_cast<int>(frac * w);
+            std::lock_guard lk(out_mu);
+            std::cerr << "\r[" << std::string(fill, '=') << std::string(w - fill, ' ') << "] " << finished << "/"
+                      << problems.size() << " problems, " << pr.done << "/" << pr.total << " evals, ETA "
+                      << eta(frac > 0 ? el / frac - el : NAN) << ", best " << fmt("%.3f", pr.best_ms) << " ms ("
+                      << pr.best << ")   " << std::flush;
+          };
+          TuneResult r = tune_problem(*backend, store, p, o, progress);
+          ++finished;
+          std::lock_guard lk(out_mu);
+          if (bar) std::cerr << "\r" << std::string(120, ' ') << "\r";
+          if (a->json) {
+            std::cout << nlohmann::json{{"device", backend->device().name},
+                                        {"problem", p.key()},
+                                        {"config", r.best},
+                                        {"stats", r.stats},
+                                        {"default_ms", r.default_ms},
+                                        {"speedup", r.speedup},
+                                        {"candidates", r.candidates},
+                                        {"evaluated", r.evaluated},
+                                        {"reused", r.reused},
+                                        {"failed", r.failed},
+                                        {"seconds", r.seconds}}
+                             .dump()
+                      << std::endl;
+          }
+          results.push_back(r);
+        } catch (const Error& e) {
+          if (e.status() == Status::environment) throw;
+          ++finished;
+          std::lock_guard lk(out_mu);
+          failures.push_back(p.key() + ": " + e.what());
+          if (a->json) std::cout << nlohmann::json{{"problem", p.key()}, {"error", e.what()}}.dump() << std::endl;
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    std::exception_ptr err;
+    std::mutex err_mu;
+    for (auto& b : backends)
+      pool.emplace_back([&, b = b.get()] {
+        try {
+          worker(b);
+        } catch (...) {
+          std::lock_guard lk(err_mu);
+          if (!err) err = std::current_exception();
+          next = problems.size();  // stop the others at their next problem
+        }
+      });
+    for (auto& t : pool) t.join();
+    if (err) std::rethrow_exception(err);
+    if (!a->json) {
+      Table t({"problem", "best config", "median ms", "p20–p80", "default ms", "speedup", "evals", "reused", "failed",
+               "s"});
+      for (const auto& r : results)
+        t.add({r.problem.key(), to_string(r.best), fmt("%.3f", r.stats.median_ms),
+               fmt("%.3f", r.stats.p20_ms) + "–" + fmt("%.3f", r.stats.p80_ms), fmt("%.3f", r.default_ms),
+               fmt("%.3fx", r.speedup), std::to_string(r.evaluated) + "/" + std::to_string(r.candidates),
+               std::to_string(r.reused), std::to_string(r.failed), fmt("%.1f", r.seconds)});
+      std::cout << "devices: ";
+      for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";
+      std::cout << "\ndatabase: " << db_path << "\nstrategy: " << a->strategy << ", max scratch " << a->max_scratch
+                << "\n\n";
+      t.print(std::cout);
+      for (const auto& f : failures) std::cout << "FAILED " << f << '\n';
+      std::cout << results.size() << " problems tuned, " << failures.size() << " failed in "
+                << fmt("%.1f", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) << " s\n";
+    }
+    return failures.empty() ? 0 : static_cast<int>(Status::failure);
+  };
+}
+
+}  // namespace celtune::cli

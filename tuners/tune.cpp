@@ -1,0 +1,187 @@
+#include "tune.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/kernel_hash.hpp"
+#include "model/error.hpp"
+#include "validate/validate.hpp"
+
+#ifndef CELTUNE_VERSION
+#define CELTUNE_VERSION "unknown"
+#endif
+
+namespace celtune {
+
+const char* kernel_source_hash() { return kKernelSourceHash; }
+const char* celtune_version() { return CELTUNE_VERSION; }
+
+namespace {
+
+struct Measured {
+  bool ok = false;
+  std::string reason;
+  std::vector<double> samples;  // empty when reused from the database
+  db::Stats stats;
+};
+
+}  // namespace
+
+TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, const TuneOptions& o,
+                        const std::function<void(const TuneProgress&)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  p.validate();
+  TuneResult res;
+  res.problem = p;
+  const SearchSpace space = space_for(p);
+  SpaceLimits limits;
+  limits.max_scratch = o.max_scratch;
+  limits.scratch_bytes = [&](const Problem& q, const KernelConfig& c) { return backend.scratch_bytes(q, c); };
+  limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
+    try {
+      backend.check(q, c);
+      return true;
+    } catch (const Error& e) {
+      if (why) *why = e.what();
+      return false;
+    }
+  };
+  const auto cands = enumerate(space, p, limits);
+  res.candidates = cands.size();
+  if (cands.empty()) throw Error(Status::failure, "no config of the search space fits " + p.key() + " within the limits");
+
+  const DeviceInfo& dev = backend.device();
+  const std::string hash = kernel_source_hash();
+  auto workload = backend.prepare(p, o.seed);
+  std::map<std::string, std::string> gate_cache;  // reduced case key → "" (pass) or the reason
+  uint64_t gate_seed = o.seed * 7919 + 17;
+
+  auto gate = [&](const KernelConfig& c) -> std::string {
+    const ValidationCase vc = reduced_case(p, c, gate_seed);
+    const std::string key = vc.problem.key() + " " + nlohmann::json(vc.config).dump();
+    if (auto it = gate_cache.find(key); it != gate_cache.end()) return it->second;
+    ValidationCase run = vc;
+    run.spec.seed = gate_seed++;
+    const CaseResult r = validate_case(backend, run);
+    std::string why;
+    if (!r.error.empty()) why = r.error;
+    if (why.empty() && !r.deterministic) why = "not deterministic";
+    for (const auto& out : r.outputs)
+      if (why.empty() && !out.pass) why = out.name + ": " + out.why;
+    return gate_cache[key] = why;
+  };
+
+  auto measure = [&](const KernelConfig& c) {
+    Measured m;
+    db::Measurement rec;
+    rec.device = dev, rec.problem = p, rec.config = c, rec.kernel_hash = hash;
+    if (!o.force) {
+      if (auto prev = store.find_measurement(dev, p, c, hash)) {
+        ++res.reused;
+        m.ok = prev->status == "ok";
+        m.reason = prev->reason;
+        m.stats = prev->stats;
+        return m;
+      }
+    }
+    m.reason = gate(c);
+    if (m.reason.empty()) {
+      try {
+        rec.clock_start_mhz = backend.sm_clock_mhz();
+        m.samples = time_runs(*workload, c, o.plan);
+        rec.clock_end_mhz = backend.sm_clock_mhz();
+        m.stats = summarize(m.samples);
+        m.ok = true;
+      } catch (const Error& e) {
+        m.reason = e.what();
+      }
+    }
+    if (!m.ok) ++res.failed;
+    rec.status = m.ok ? "ok" : "failed";
+    rec.reason = m.reason;
+    rec.stats = m.stats;
+    rec.created_at = db::utc_now_iso8601();
+    store.record(rec);
+    return m;
+  };
+
+  std::map<size_t, Measured> seen;
+  TuneProgress prog;
+  prog.total = o.strategy == Strategy::exhaustive ? cands.size()
+               : o.budget ? std::min(o.budget, cands.size())
+                          : std::min(cands.size(), std::max<size_t>(12, cands.size() * 3 / 10));
+  auto eval = [&](size_t i) {
+    auto it = seen.find(i);
+    if (it == seen.end()) {
+      it = seen.emplace(i, measure(cands[i].config)).first;
+      ++prog.done;
+      if (it->second.ok && (prog.best.empty() || it->second.stats.median_ms < prog.best_ms))
+        prog.best_ms = it->second.stats.median_ms, prog.best = to_string(cands[i].config);
+      if (progress) progress(prog);
+    }
+    return it->second.ok ? it->second.stats.median_ms : std::numeric_limits<double>::infinity();
+  };
+
+  // Guided search starts from the built-in default when it is in the space.
+  const KernelConfig def = default_config(p);
+  size_t start = cands.size();
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (cands[i].config == def) start = i;
+  run_strategy(o.strategy, space, cands, eval, prog.total, start < cands.size() ? start : 0, o.seed);
+  res.evaluated = seen.size();
+
+  // Finalists: the three fastest and the built-in default (when it is within the
+  // limits), re-measured interleaved (round-robin), so slow drift of clocks or
+  // temperature touches them alike and the stored best is never slower than the
+  // default in the same measurement.
+  std::vector<std::pair<double, size_t>> ranked;
+  for (const auto& [i, m] : seen)
+    if (m.ok) ranked.push_back({m.stats.median_ms, i});
+  if (ranked.empty()) throw Error(Status::failure, "every candidate for " + p.key() + " failed the correctness gate");
+  std::sort(ranked.begin(), ranked.end());
+  ranked.resize(std::min<size_t>(ranked.size(), 3));
+  std::vector<KernelConfig> finalists;
+  for (const auto& r : ranked) finalists.push_back(cands[r.second].config);
+  size_t def_at = finalists.size();
+  for (size_t f = 0; f < finalists.size(); ++f)
+    if (finalists[f] == def) def_at = f;
+  const bool def_in_space = start < cands.size() && cands[start].config == def;
+  if (def_at == finalists.size() && def_in_space) finalists.push_back(def);
+  std::vector<std::vector<double>> again(finalists.size());
+  const int rounds = std::max(o.plan.min_runs, 15);
+  for (int r = 0; r < rounds; ++r)
+    for (size_t f = 0; f < finalists.size(); ++f) {
+      workload->flush_caches();
+      again[f].push_back(workload->run_timed(finalists[f]));
+    }
+  size_t win = 0;
+  for (size_t f = 1; f < finalists.size(); ++f)
+    if (summarize(again[f]).median_ms < summarize(again[win]).median_ms) win = f;
+  res.best = finalists[win];
+  res.stats = summarize(again[win]);
+
+  // The built-in default on the same problem: the baseline of the speedup. Timed
+  // with the finalists when it is in the space, alone otherwise (beyond the limits).
+  if (def_at < finalists.size())
+    res.default_ms = summarize(again[def_at]).median_ms;
+  else
+    res.default_ms = summarize(time_runs(*workload, def, o.plan)).median_ms;
+  res.speedup = res.default_ms / res.stats.median_ms;
+
+  db::BestEntry b;
+  b.device = dev, b.problem = p, b.config = res.best, b.stats = res.stats;
+  b.default_ms = res.default_ms, b.speedup = res.speedup;
+  b.celtune_version = celtune_version(), b.kernel_hash = hash, b.cublaslt = dev.cublaslt;
+  b.created_at = db::utc_now_iso8601();
+  store.put_best(b);
+  res.stored = true;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace celtune

@@ -1,0 +1,50 @@
+// The tune loop: for one problem on one device, enumerate the family's space,
+// gate each candidate on correctness, time it, keep every measurement, re-measure
+// the finalists interleaved, and store the best config with its provenance. The
+// only writer of the database.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "db/store.hpp"
+#include "kernels/backend.hpp"
+#include "measure.hpp"
+#include "strategy.hpp"
+
+namespace celtune {
+
+struct TuneOptions {
+  Strategy strategy = Strategy::guided;
+  size_t budget = 0;  // random: evaluations; guided: cap (0: 30% of the candidates, at least 12)
+  size_t max_scratch = SIZE_MAX;
+  bool force = false;  // re-measure even when the database holds a measurement
+  TimingPlan plan;
+  uint64_t seed = 1;
+};
+
+struct TuneProgress {
+  size_t done = 0, total = 0;
+  double best_ms = 0;
+  std::string best;
+};
+
+struct TuneResult {
+  Problem problem;
+  KernelConfig best;
+  db::Stats stats;
+  double default_ms = 0, speedup = 0;
+  size_t candidates = 0, evaluated = 0, reused = 0, failed = 0;
+  double seconds = 0;
+  bool stored = false;
+};
+
+const char* kernel_source_hash();
+const char* celtune_version();
+
+// Throws Error(failure) when no candidate passes the gate.
+TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, const TuneOptions& o,
+                        const std::function<void(const TuneProgress&)>& progress = {});
+
+}  // namespace celtune

@@ -73,6 +73,24 @@ for s in $steps; do
         --config '{"v_chunk":0,"row_chunk":4096,"block_size":2048}' >"$OUT/sweep_fwd.txt" 2>&1
       note "sweep fwd: exit $?"; cat "$OUT/sweep_fwd.txt"
       ;;
+    tune)
+      # The tune issue's bar: llama3-8b at three token counts, both modes, guided.
+      t0=$(date +%s)
+      $B/celtune tune --model llama3-8b --tokens 4096,8192,16384 --db "$OUT/tuned.sqlite" >"$OUT/tune.txt" 2>&1
+      note "tune llama3-8b 4096,8192,16384 fwd+fwdbwd guided: exit $? in $(( $(date +%s) - t0 )) s"
+      cat "$OUT/tune.txt"
+      $B/celtune validate --from-db "$OUT/tuned.sqlite" >"$OUT/validate_db.txt" 2>&1
+      note "validate --from-db: exit $?: $(tail -1 "$OUT/validate_db.txt")"
+      ;;
+    exhaustive)
+      # Exhaustive over the same database: guided's measurements are reused, the
+      # rest measured, so both searches are judged on the same numbers.
+      t0=$(date +%s)
+      $B/celtune tune --model llama3-8b --tokens ${EXH_TOKENS:-4096} --strategy exhaustive --db "$OUT/tuned.sqlite" \
+        >"$OUT/exhaustive.txt" 2>&1
+      note "tune exhaustive: exit $? in $(( $(date +%s) - t0 )) s"
+      cat "$OUT/exhaustive.txt"
+      ;;
     *) echo "unknown step $s" ;;
   esac
 done

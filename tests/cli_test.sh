@@ -100,6 +100,13 @@ python3 -c "import json,sys; l=[json.loads(x) for x in open('$tmp/out')]; assert
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a second tune did not reuse stored measurements"; cat "$tmp/out"; }
 expect 0 "db list after tune" -- "$celtune" db --db "$tmp/t.sqlite" list
 contains out "2 best configs" "tune stored one best per problem"
+expect 0 "validate --from-db" -- "$celtune" validate --device cpu --from-db "$tmp/t.sqlite"
+contains out "2 passed, 0 failed" "validate checks every stored best config"
+expect 0 "validate --all-configs" -- "$celtune" validate --device cpu --shape 48,16,9000 --all-configs --seed 1
+expect 3 "validate --from-db missing" -- "$celtune" validate --device cpu --from-db "$tmp/nothing.sqlite"
+expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
+test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
+expect 3 "report of a missing database" -- "$celtune" report --db "$tmp/nothing.sqlite" -o "$tmp/report2"
 expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
 test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }
 head -c 5000 /dev/urandom >"$tmp/junk.sqlite"

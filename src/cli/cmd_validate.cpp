@@ -1,5 +1,6 @@
 // celtune validate: run kernels against the fp64 reference and judge each output.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -9,13 +10,16 @@
 #include "model/error.hpp"
 #include "output.hpp"
 #include "problem_args.hpp"
+#include "db/store.hpp"
+#include "kernels/space.hpp"
 #include "validate/validate.hpp"
 
 namespace celtune::cli {
 namespace {
 
 struct ValidateArgs {
-  std::string device;
+  std::string device, from_db;
+  bool all_configs = false;
   bool json = false;
   int64_t seed = -1;
   std::string config;
@@ -67,6 +71,12 @@ Action register_validate(CLI::App& app) {
   sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)");
   sub->add_option("--config", a->config, "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}'");
   sub->add_flag("--verbose", a->verbose, "Print per-output details for passing cases too");
+  sub->add_flag("--all-configs", a->all_configs,
+                "Every config of the family's search space for the problem, each checked at a reduced shape that "
+                "keeps its code paths (one or two passes, one or several row chunks)");
+  sub->add_option("--from-db", a->from_db,
+                  "Every best config stored for this device in FILE (the deployment check after shipping a database "
+                  "or upgrading a driver), each at a reduced shape that keeps its code paths");
   add_problem_options(sub, a->problem);
   return [a] {
     auto backend = open_backend(a->device);
@@ -74,7 +84,37 @@ Action register_validate(CLI::App& app) {
     const uint64_t seed = a->seed >= 0 ? static_cast<uint64_t>(a->seed)
                                        : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
     std::vector<ValidationCase> cases;
-    if (names_problem(a->problem)) {
+    if (!a->from_db.empty()) {
+      if (!std::filesystem::exists(a->from_db)) fail_env("database " + a->from_db + " does not exist");
+      db::Store store(a->from_db, db::Access::read_only);
+      uint64_t s = seed;
+      for (const auto& b : store.best_entries()) {
+        if (b.device.name != dev.name || b.device.arch != dev.arch) continue;
+        ValidationCase vc = reduced_case(b.problem, b.config, s++);
+        vc.name = "db " + b.problem.key();
+        cases.push_back(vc);
+      }
+      if (cases.empty()) fail_env("database " + a->from_db + " holds no best config for " + dev.name);
+    } else if (a->all_configs) {
+      if (!names_problem(a->problem)) fail_usage("--all-configs needs a problem (--shape, --model with --tokens, …)");
+      uint64_t s = seed;
+      for (const Problem& p : build_problems(a->problem)) {
+        SpaceLimits limits;
+        limits.supported = [&](const Problem& q, const KernelConfig& c, std::string*) {
+          try {
+            backend->check(q, c);
+            return true;
+          } catch (const Error&) {
+            return false;
+          }
+        };
+        for (const auto& cand : enumerate(space_for(p), p, limits)) {
+          ValidationCase vc = reduced_case(p, cand.config, s++);
+          vc.name = p.key() + " " + to_string(cand.config);
+          cases.push_back(vc);
+        }
+      }
+    } else if (names_problem(a->problem)) {
       uint64_t s = seed;
       for (const Problem& p : build_problems(a->problem)) {
         ValidationCase vc;

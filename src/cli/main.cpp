@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add("tune", cli::register_tune(app));
   add("bench", cli::register_bench(app));
   add("db", cli::register_db(app));
+  add("report", cli::register_report(app));
   add("lookup", cli::register_not_built(app, "lookup",
                               "Print the config the runtime would use for a problem, its source tag and the "
                               "database entry it came from",

@@ -1,0 +1,96 @@
+// celtune report: SVG plots of a tuning database.
+//   vchunk-<n>.svg   time against v_chunk, one line per block_size, for a problem
+//                    (each point: the fastest measured config with that pair)
+//   speedup.svg      tuned-over-default speedup per problem
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "commands.hpp"
+#include "db/store.hpp"
+#include "model/error.hpp"
+#include "svg.hpp"
+
+namespace celtune::cli {
+namespace {
+
+struct ReportArgs {
+  std::string db, out = "celtune-report", problem, device;
+};
+
+std::string short_key(const Problem& p) {
+  return std::string(to_string(p.family)) + " N" + std::to_string(p.tokens) + " H" + std::to_string(p.hidden) +
+         " V" + std::to_string(p.vocab) + " " + std::string(to_string(p.dtype)) + " " + std::string(to_string(p.mode));
+}
+
+void write(const std::filesystem::path& f, const std::string& text) {
+  std::ofstream o(f);
+  if (!(o << text)) fail_env("cannot write " + f.string());
+  std::cout << "wrote " << f.string() << '\n';
+}
+
+}  // namespace
+
+Action register_report(CLI::App& app) {
+  auto a = std::make_shared<ReportArgs>();
+  auto* sub = app.add_subcommand("report", "Draw SVG plots of a tuning database: time against v_chunk per block_size "
+                                           "for each problem, and the tuned-over-default speedup per shape");
+  sub->add_option("--db", a->db, "Database file (default: as for tune)");
+  sub->add_option("-o,--output", a->out, "Output folder")->capture_default_str();
+  sub->add_option("--problem", a->problem, "Only this problem key for the v_chunk plot (default: every problem)");
+  sub->add_option("--device", a->device, "Only this device name (default: every device)");
+  return [a] {
+    const std::string path = a->db.empty() ? default_db_path() : a->db;
+    if (!std::filesystem::exists(path)) fail_env("database " + path + " does not exist");
+    db::Store s(path, db::Access::read_only);
+    std::filesystem::create_directories(a->out);
+    const auto meas = s.measurements();
+    const auto best = s.best_entries();
+    // Time against v_chunk: per (device, problem), min over the other parameters.
+    std::map<std::pair<std::string, std::string>, std::map<int, std::map<int64_t, double>>> grid;
+    std::map<std::pair<std::string, std::string>, Problem> problems;
+    for (const auto& m : meas) {
+      if (m.status != "ok" || (!a->problem.empty() && m.problem.key() != a->problem)) continue;
+      if (!a->device.empty() && m.device.name != a->device) continue;
+      const auto key = std::make_pair(m.device.name, m.problem.key());
+      problems[key] = m.problem;
+      double& t = grid[key][m.config.block_size].try_emplace(m.config.v_chunk_for(m.problem), INFINITY).first->second;
+      t = std::min(t, m.stats.median_ms);
+    }
+    int n = 0;
+    for (const auto& [key, by_block] : grid) {
+      std::set<int64_t> vcs;
+      for (const auto& [bs, by_vc] : by_block)
+        for (const auto& [vc, t] : by_vc) vcs.insert(vc);
+      const Problem& p = problems[key];
+      std::vector<std::string> xs;
+      for (int64_t v : vcs) xs.push_back(v >= p.vocab ? "V (" + std::to_string(v) + ")" : std::to_string(v));
+      std::vector<Series> series;
+      for (const auto& [bs, by_vc] : by_block) {
+        Series sr{"block_size " + std::to_string(bs), {}};
+        for (int64_t v : vcs) sr.y.push_back(by_vc.count(v) ? by_vc.at(v) : NAN);
+        series.push_back(sr);
+      }
+      write(std::filesystem::path(a->out) / ("vchunk-" + std::to_string(++n) + ".svg"),
+            line_chart(short_key(p) + " — " + key.first, "v_chunk (vocabulary columns per chunk)",
+                       "median time, ms (fastest config per point)", xs, series));
+    }
+    std::vector<std::string> labels;
+    std::vector<double> speedups;
+    for (const auto& b : best) {
+      if (!a->device.empty() && b.device.name != a->device) continue;
+      labels.push_back(short_key(b.problem));
+      speedups.push_back(b.speedup);
+    }
+    if (!speedups.empty())
+      write(std::filesystem::path(a->out) / "speedup.svg",
+            bar_chart("Tuned over built-in default", "speedup (default time / tuned time)", labels, speedups, 1.0));
+    if (grid.empty() && speedups.empty()) fail_env("database " + path + " holds no measurements to plot");
+    return 0;
+  };
+}
+
+}  // namespace celtune::cli

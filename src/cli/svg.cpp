@@ -1,0 +1,131 @@
+#include "svg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace celtune::cli {
+namespace {
+
+constexpr int kW = 900, kH = 520, kLeft = 90, kRight = 200, kTop = 60, kBottom = 120;
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.3g", v);
+  return b;
+}
+
+// Axis range with a little headroom, and "nice" tick steps.
+struct Axis {
+  double lo, hi, step;
+};
+Axis nice_axis(double lo, double hi) {
+  if (!(hi > lo)) hi = lo + 1;
+  const double span = hi - lo;
+  const double raw = span / 5;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (raw <= m * mag) {
+      step = m * mag;
+      break;
+    }
+  return {std::floor(lo / step) * step, std::ceil(hi / step) * step, step};
+}
+
+void frame(std::ostringstream& o, const std::string& title, const std::string& y_label, const Axis& ax) {
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kW << "' height='" << kH
+    << "' font-family='DejaVu Sans, Arial, sans-serif' font-size='13'>\n"
+    << "<rect width='100%' height='100%' fill='white'/>\n"
+    << "<text x='" << kW / 2 << "' y='30' text-anchor='middle' font-size='17' font-weight='bold'>" << esc(title)
+    << "</text>\n";
+  const int ph = kH - kTop - kBottom;
+  for (double v = ax.lo; v <= ax.hi + ax.step / 2; v += ax.step) {
+    const double y = kTop + ph * (1 - (v - ax.lo) / (ax.hi - ax.lo));
+    o << "<line x1='" << kLeft << "' x2='" << kW - kRight << "' y1='" << y << "' y2='" << y
+      << "' stroke='#e5e5e5'/>\n<text x='" << kLeft - 8 << "' y='" << y + 4 << "' text-anchor='end'>" << num(v)
+      << "</text>\n";
+  }
+  o << "<line x1='" << kLeft << "' x2='" << kLeft << "' y1='" << kTop << "' y2='" << kH - kBottom
+    << "' stroke='black'/>\n<line x1='" << kLeft << "' x2='" << kW - kRight << "' y1='" << kH - kBottom << "' y2='"
+    << kH - kBottom << "' stroke='black'/>\n"
+    << "<text transform='translate(22," << kTop + ph / 2 << ") rotate(-90)' text-anchor='middle'>" << esc(y_label)
+    << "</text>\n";
+}
+
+}  // namespace
+
+std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
+                       const std::vector<std::string>& xs, const std::vector<Series>& series) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& s : series)
+    for (double v : s.y)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  const Axis ax = nice_axis(std::max(0.0, lo - 0.05 * (hi - lo)), hi + 0.05 * (hi - lo));
+  std::ostringstream o;
+  frame(o, title, y_label, ax);
+  const int pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  auto X = [&](size_t i) { return kLeft + pw * (xs.size() == 1 ? 0.5 : (0.05 + 0.9 * double(i) / double(xs.size() - 1))); };
+  auto Y = [&](double v) { return kTop + ph * (1 - (v - ax.lo) / (ax.hi - ax.lo)); };
+  for (size_t i = 0; i < xs.size(); ++i)
+    o << "<text x='" << X(i) << "' y='" << kH - kBottom + 20 << "' text-anchor='middle'>" << esc(xs[i]) << "</text>\n";
+  o << "<text x='" << kLeft + pw / 2 << "' y='" << kH - kBottom + 48 << "' text-anchor='middle'>" << esc(x_label)
+    << "</text>\n";
+  for (size_t s = 0; s < series.size(); ++s) {
+    const char* col = kColors[s % 8];
+    std::string path;
+    for (size_t i = 0; i < series[s].y.size() && i < xs.size(); ++i) {
+      const double v = series[s].y[i];
+      if (!std::isfinite(v)) continue;
+      path += (path.empty() ? "M" : " L") + std::to_string(X(i)) + "," + std::to_string(Y(v));
+      o << "<circle cx='" << X(i) << "' cy='" << Y(v) << "' r='4' fill='" << col << "'/>\n";
+    }
+    if (!path.empty()) o << "<path d='" << path << "' fill='none' stroke='" << col << "' stroke-width='2'/>\n";
+    const int ly = kTop + 10 + 22 * static_cast<int>(s);
+    o << "<rect x='" << kW - kRight + 20 << "' y='" << ly - 9 << "' width='14' height='4' fill='" << col
+      << "'/><text x='" << kW - kRight + 40 << "' y='" << ly - 3 << "'>" << esc(series[s].name) << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+std::string bar_chart(const std::string& title, const std::string& y_label, const std::vector<std::string>& labels,
+                      const std::vector<double>& values, double reference_line) {
+  double hi = reference_line;
+  for (double v : values) hi = std::max(hi, v);
+  const Axis ax = nice_axis(0, hi * 1.1);
+  std::ostringstream o;
+  frame(o, title, y_label, ax);
+  const int pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
+  auto Y = [&](double v) { return kTop + ph * (1 - (v - ax.lo) / (ax.hi - ax.lo)); };
+  const double slot = double(pw) / std::max<size_t>(values.size(), 1);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double x = kLeft + slot * double(i) + slot * 0.15, w = slot * 0.7;
+    o << "<rect x='" << x << "' y='" << Y(values[i]) << "' width='" << w << "' height='" << Y(0) - Y(values[i])
+      << "' fill='" << (values[i] >= reference_line ? "#2ca02c" : "#d62728") << "'/>\n"
+      << "<text x='" << x + w / 2 << "' y='" << Y(values[i]) - 5 << "' text-anchor='middle'>" << num(values[i])
+      << "×</text>\n"
+      << "<text transform='translate(" << x + w / 2 << "," << kH - kBottom + 14 << ") rotate(30)' font-size='11'>"
+      << esc(labels[i]) << "</text>\n";
+  }
+  o << "<line x1='" << kLeft << "' x2='" << kW - kRight << "' y1='" << Y(reference_line) << "' y2='"
+    << Y(reference_line) << "' stroke='black' stroke-dasharray='6,4'/>\n<text x='" << kW - kRight + 6 << "' y='"
+    << Y(reference_line) + 4 << "'>default</text>\n</svg>\n";
+  return o.str();
+}
+
+}  // namespace celtune::cli

@@ -85,6 +85,7 @@ for s in $steps; do
     exhaustive)
       # Exhaustive over the same database: guided's measurements are reused, the
       # rest measured, so both searches are judged on the same numbers.
+      note "exhaustive starts at $(date -u +%Y-%m-%dT%H:%M:%SZ) (rows created before were guided's)"
       t0=$(date +%s)
       $B/celtune tune --model llama3-8b --tokens ${EXH_TOKENS:-4096} --strategy exhaustive --db "$OUT/tuned.sqlite" \
         >"$OUT/exhaustive.txt" 2>&1

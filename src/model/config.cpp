@@ -54,6 +54,17 @@ KernelConfig default_config(const Problem& p) {
   // fall under 128 rows (V beyond ~900k in bf16) do vocabulary chunks take over.
   constexpr int64_t kTileBytes = int64_t{224} << 20;
   const int64_t bytes = dtype_bytes(p.dtype);
+  if (p.mode == Mode::forward) {
+    // Forward only has no second pass, so vocabulary chunks cost nothing extra:
+    // all rows per chunk (tall GEMMs) and as many columns as the budget allows.
+    // On the H100 this beat one-pass chunks of 768 rows by 10% (N=4096, V=128256).
+    c.row_chunk = std::min<int64_t>(p.tokens, 16384);
+    if (c.row_chunk >= p.tokens) c.row_chunk = 0;
+    const int64_t vc = kTileBytes / (c.row_chunk_for(p) * bytes) / 256 * 256;
+    c.v_chunk = vc >= p.vocab ? 0 : std::max<int64_t>(vc, 2048);
+    while (c.block_size > 256 && c.block_size > c.v_chunk_for(p)) c.block_size /= 2;
+    return c;
+  }
   const int64_t rows_full_v = kTileBytes / (p.vocab * bytes);
   if (rows_full_v >= std::min<int64_t>(128, p.tokens)) {
     c.v_chunk = 0;

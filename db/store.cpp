@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <istream>
 #include <ostream>
 #include <thread>
@@ -102,9 +104,38 @@ Stats read_stats(const Stmt& s, int c0) {
 
 }  // namespace
 
+namespace {
+// "file:" URI for sqlite3_open_v2, with the characters URIs reserve escaped.
+std::string file_uri(const std::string& path, const char* query) {
+  std::string u = "file:";
+  for (unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20) {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      u += b;
+    } else {
+      u += static_cast<char>(c);
+    }
+  }
+  return u + query;
+}
+}  // namespace
+
 Store::Store(const std::string& path, Access access) : path_(path), access_(access) {
-  const int flags = access == Access::read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  if (sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  std::string name = path;
+  if (access == Access::read_only) {
+    // Reading a WAL database normally creates -wal and -shm files beside it;
+    // readers must not create files. With no -wal present no writer is active,
+    // so the file is opened immutable (no lock or journal files at all). With a
+    // -wal present a tuner may be writing: open read-only the usual way to see
+    // its committed rows.
+    std::error_code ec;
+    const bool writer = std::filesystem::exists(path + "-wal", ec);
+    flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+    name = file_uri(path, writer ? "?mode=ro" : "?mode=ro&immutable=1");
+  }
+  if (sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
     std::string m = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
@@ -287,29 +318,48 @@ bool Store::offer_best(const BestEntry& b) {
   return kept;
 }
 
+namespace {
+// The SELECT behind both best-entry readers; `where` is a fixed clause with
+// bound parameters, never text from input.
+constexpr const char* kBestSelect =
+    ", p.key, c.json, b.median_ms, b.p20_ms, b.p80_ms, b.samples, b.spread, b.default_ms, b.speedup, "
+    "b.celtune_version, b.kernel_hash, b.cublaslt, b.created_at FROM best b JOIN devices d ON d.id = "
+    "b.device_id JOIN problems p ON p.id = b.problem_id JOIN configs c ON c.id = b.config_id ";
+
+BestEntry read_best(const Stmt& s) {
+  BestEntry b;
+  b.device = read_device(s, 0);
+  b.problem = Problem::from_key(s.text(8));
+  b.config = parse_config_json(s.text(9));
+  b.stats = read_stats(s, 10);
+  b.default_ms = s.f64(15);
+  b.speedup = s.f64(16);
+  b.celtune_version = s.text(17);
+  b.kernel_hash = s.text(18);
+  b.cublaslt = s.text(19);
+  b.created_at = s.text(20);
+  return b;
+}
+}  // namespace
+
 std::vector<BestEntry> Store::best_entries() const {
   std::vector<BestEntry> out;
   Stmt s(db_, path_,
-         (std::string("SELECT ") + kDeviceCols +
-          ", p.key, c.json, b.median_ms, b.p20_ms, b.p80_ms, b.samples, b.spread, b.default_ms, b.speedup, "
-          "b.celtune_version, b.kernel_hash, b.cublaslt, b.created_at FROM best b JOIN devices d ON d.id = "
-          "b.device_id JOIN problems p ON p.id = b.problem_id JOIN configs c ON c.id = b.config_id "
-          "ORDER BY d.name, d.arch, d.driver, d.id, p.key")
+         (std::string("SELECT ") + kDeviceCols + kBestSelect + "ORDER BY d.name, d.arch, d.driver, d.id, p.key").c_str());
+  while (s.step()) out.push_back(read_best(s));
+  return out;
+}
+
+std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
+  std::vector<BestEntry> out;
+  Stmt s(db_, path_,
+         (std::string("SELECT ") + kDeviceCols + kBestSelect +
+          "WHERE p.family = ?1 AND p.hidden = ?2 AND p.vocab = ?3 AND p.dtype = ?4 AND p.mode = ?5 "
+          "ORDER BY d.name, p.tokens")
              .c_str());
-  while (s.step()) {
-    BestEntry b;
-    b.device = read_device(s, 0);
-    b.problem = Problem::from_key(s.text(8));
-    b.config = parse_config_json(s.text(9));
-    b.stats = read_stats(s, 10);
-    b.default_ms = s.f64(15);
-    b.speedup = s.f64(16);
-    b.celtune_version = s.text(17);
-    b.kernel_hash = s.text(18);
-    b.cublaslt = s.text(19);
-    b.created_at = s.text(20);
-    out.push_back(std::move(b));
-  }
+  s.bind(1, std::string(to_string(p.family))).bind(2, p.hidden).bind(3, p.vocab);
+  s.bind(4, std::string(to_string(p.dtype))).bind(5, std::string(to_string(p.mode)));
+  while (s.step()) out.push_back(read_best(s));
   return out;
 }
 

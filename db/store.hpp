@@ -48,6 +48,9 @@ class Store {
   void put_best(const BestEntry& b);
 
   std::vector<BestEntry> best_entries() const;  // ordered by device, problem key
+  // Best entries whose problem has p's family, hidden, vocab, dtype and mode
+  // (any device, any token count): what the runtime's lookup tiers choose from.
+  std::vector<BestEntry> best_for_shape(const Problem& p) const;
   std::vector<Measurement> measurements() const;  // ordered by device, problem, config
   std::optional<Measurement> find_measurement(const DeviceInfo& d, const Problem& p, const KernelConfig& c,
                                               const std::string& kernel_hash) const;

@@ -18,6 +18,7 @@ Action register_db(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_tune(CLI::App& app);
 Action register_report(CLI::App& app);
+Action register_lookup(CLI::App& app);
 Action register_not_built(CLI::App& app, const std::string& name, const std::string& description,
                           const std::string& issue);
 

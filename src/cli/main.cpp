@@ -32,10 +32,7 @@ int main(int argc, char** argv) {
   add("bench", cli::register_bench(app));
   add("db", cli::register_db(app));
   add("report", cli::register_report(app));
-  add("lookup", cli::register_not_built(app, "lookup",
-                              "Print the config the runtime would use for a problem, its source tag and the "
-                              "database entry it came from",
-                              "issue 6"));
+  add("lookup", cli::register_lookup(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,33 @@
+// Runtime lookup of a stored best config, in tiers (db layer: SQL only, no CUDA):
+//   exact      this device, this problem key
+//   nearest    this device, same problem but the token count nearest in log distance
+//   same-arch  another device of the same sm architecture (exact key, else nearest)
+// Entries measured with another kernel build (source hash) or, when they carry
+// tuned cuBLASLt algorithms, another cuBLASLt version are skipped, and said so.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "records.hpp"
+#include "store.hpp"
+
+namespace celtune::db {
+
+enum class Tier { exact, nearest, same_arch };
+const char* to_string(Tier t);
+
+struct LookupHit {
+  Tier tier;
+  BestEntry entry;
+};
+
+struct LookupResult {
+  std::optional<LookupHit> hit;
+  std::vector<std::string> skipped;  // entries passed over, with the reason
+};
+
+LookupResult lookup(const Store& s, const DeviceInfo& device, const Problem& p, const std::string& kernel_hash);
+
+}  // namespace celtune::db

@@ -1,0 +1,120 @@
+/* celtune: fused (linear) cross-entropy kernels with tuned configs.
+ *
+ * A training job links libceltune (pkg-config: celtune), creates one context,
+ * and calls celtune_flce / celtune_ce with device pointers. Each call resolves
+ * its kernel config, in this order:
+ *   1. the explicit config in the call (args.config_json)
+ *   2. CELTUNE_CONFIG in the environment (JSON)
+ *   3. the database: this device and this exact problem
+ *   4. the database: this device, the nearest token count (log distance), same
+ *      hidden, vocab, dtype, mode and loss options
+ *   5. the database: another device of the same sm architecture
+ *   6. the built-in default
+ * The database is the path given to celtune_create, else $CELTUNE_DB, else
+ * celtune.sqlite installed beside libceltune. A missing, unreadable, damaged,
+ * locked or newer-schema database gives one warning on stderr and the defaults;
+ * it is opened read-only and never written. CELTUNE_LOG=1 logs each problem's
+ * config and its source once.
+ *
+ * Threads: a context may be shared by threads; calls on one context are
+ * serialised by a lock inside it. For concurrency, use one context per thread.
+ * Errors: every call returns a status; celtune_last_error(ctx) says why.
+ * The math: docs/flce-math.md. */
+#ifndef CELTUNE_CELTUNE_H
+#define CELTUNE_CELTUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct celtune_context celtune_context;
+/* A CUDA stream (cudaStream_t); NULL is the default stream. */
+typedef void* celtune_stream;
+
+typedef enum {
+  CELTUNE_OK = 0,
+  CELTUNE_ERROR_INVALID_ARGUMENT = 2, /* bad shape, option, pointer, config or target */
+  CELTUNE_ERROR_ENVIRONMENT = 3,      /* CUDA or cuBLASLt error, no device, build without CUDA */
+  CELTUNE_ERROR_INTERNAL = 4
+} celtune_status;
+
+typedef enum { CELTUNE_BF16 = 0, CELTUNE_FP16 = 1, CELTUNE_FP32 = 2 } celtune_dtype;
+typedef enum { CELTUNE_INT32 = 0, CELTUNE_INT64 = 1 } celtune_target_dtype;
+typedef enum { CELTUNE_MEAN = 0, CELTUNE_SUM = 1, CELTUNE_NONE = 2 } celtune_reduction;
+typedef enum { CELTUNE_FORWARD = 0, CELTUNE_FORWARD_BACKWARD = 1 } celtune_mode;
+
+typedef struct {
+  int64_t ignore_index;   /* PyTorch's default: -100 */
+  celtune_reduction reduction;
+  float label_smoothing;  /* [0, 1] */
+  float softcap;          /* 0: off */
+  float z_loss;           /* >= 0 */
+} celtune_loss_options;
+
+/* Fills the PyTorch defaults: ignore_index -100, mean, no smoothing, softcap or z-loss. */
+void celtune_loss_defaults(celtune_loss_options* o);
+
+typedef struct {
+  int64_t tokens, hidden, vocab; /* N, H, V */
+  celtune_dtype dtype;
+  celtune_target_dtype target_dtype;
+  celtune_loss_options options;
+  celtune_mode mode;
+  const void* x;           /* [N,H] */
+  const void* w;           /* [V,H] */
+  const void* bias;        /* [V] or NULL */
+  const void* targets;     /* [N] */
+  const float* grad_scale; /* device scalar g (mean/sum, backward) */
+  const float* grad_tokens;/* device [N] g_i (none, backward) */
+  float* loss;             /* device scalar */
+  float* token_loss;       /* device [N] */
+  float* lse;              /* device [N] */
+  void* dx;                /* [N,H] (backward) */
+  void* dw;                /* [V,H] (backward) */
+  void* db;                /* [V]   (backward with bias) */
+  int64_t* bad_target;     /* optional device scalar: first token whose target is outside [0, V)
+                              and not ignore_index, or -1 (such tokens are treated as ignored) */
+  const char* config_json; /* explicit config, or NULL to resolve */
+} celtune_flce_args;
+
+typedef struct {
+  int64_t tokens, vocab;   /* N, V */
+  celtune_dtype dtype;
+  celtune_target_dtype target_dtype;
+  celtune_loss_options options;
+  celtune_mode mode;
+  void* logits;            /* [N,V] */
+  const void* targets;
+  const float* grad_scale;
+  const float* grad_tokens;
+  float* loss;
+  float* token_loss;
+  float* lse;
+  void* dz;                /* [N,V] (backward); may equal logits: in place */
+  int64_t* bad_target;     /* optional, as for flce */
+  const char* config_json;
+} celtune_ce_args;
+
+/* db_path: a database file, or NULL for $CELTUNE_DB, else the shipped one. */
+celtune_status celtune_create(celtune_context** ctx, const char* db_path);
+void celtune_destroy(celtune_context* ctx);
+
+celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream);
+celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, celtune_stream stream);
+
+/* The config a call with these args would use (no kernel runs): its JSON and
+ * its source tag (explicit, env, exact, nearest, same-arch, default). */
+celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
+                                   char* tag, size_t tag_size);
+
+/* The message of the last failed call on this context ("" if none). */
+const char* celtune_last_error(const celtune_context* ctx);
+const char* celtune_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

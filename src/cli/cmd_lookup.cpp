@@ -1,0 +1,75 @@
+// celtune lookup: the config the runtime would use for a problem, where it came
+// from (its tag), and the database entry behind it. Uses the runtime's own
+// resolver; opens the database read-only and never creates or changes a file.
+// With a missing or damaged database it still answers: tag default, exit 0.
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/kernel_hash.hpp"
+#include "model/error.hpp"
+#include "output.hpp"
+#include "problem_args.hpp"
+#include "runtime/resolve.hpp"
+
+namespace celtune::cli {
+
+Action register_lookup(CLI::App& app) {
+  struct Args {
+    std::string device, db, config;
+    bool json = false;
+    ProblemArgs problem;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("lookup",
+                                 "Print the config the runtime would use for a problem, its source tag (explicit, env, "
+                                 "exact, nearest, same-arch, default) and the database entry it came from");
+  sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
+  sub->add_option("--db", a->db,
+                  "Database file (default: $CELTUNE_DB, else celtune.sqlite beside libceltune); opened read-only");
+  sub->add_option("--config", a->config, "An explicit config (JSON), as a call would pass it");
+  sub->add_flag("--json", a->json, "Print JSON");
+  add_problem_options(sub, a->problem);
+  return [a] {
+    if (!names_problem(a->problem)) fail_usage("lookup needs a problem: --tokens N --hidden H --vocab V, or --shape");
+    const auto problems = build_problems(a->problem);
+    auto backend = open_backend(a->device);
+    const DeviceInfo dev = backend->device();
+    auto check = [&](const Problem& p, const KernelConfig& c) {
+      try {
+        backend->check(p, c);
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    };
+    runtime::Resolver resolver(runtime::find_database(a->db), dev, kKernelSourceHash, std::cerr, check);
+    nlohmann::json out = nlohmann::json::array();
+    for (const Problem& p : problems) {
+      const runtime::Resolved r = resolver.resolve(p, a->config.empty() ? nullptr : a->config.c_str());
+      nlohmann::json j{{"problem", p.key()}, {"config", r.config}, {"tag", runtime::to_string(r.source)},
+                       {"database", resolver.db_path()}, {"skipped", r.skipped}};
+      if (r.entry) j["entry"] = *r.entry;
+      out.push_back(j);
+      if (a->json) continue;
+      std::cout << "problem   " << p.key() << "\ndevice    " << dev.id << " (" << dev.name << ", " << dev.arch
+                << ")\nconfig    " << to_string(r.config) << "\n          " << nlohmann::json(r.config).dump()
+                << "\ntag       " << runtime::to_string(r.source) << "\ndatabase  "
+                << (resolver.db_path().empty() ? "(none found)" : resolver.db_path())
+                << (resolver.db_path().empty() || resolver.db_usable() ? "" : " (unusable)") << '\n';
+      if (r.entry)
+        std::cout << "entry     " << r.entry->device.name << ", N=" << r.entry->problem.tokens << ", median "
+                  << fmt("%.3f", r.entry->stats.median_ms) << " ms, " << fmt("%.2fx", r.entry->speedup)
+                  << " over default, kernel " << r.entry->kernel_hash << ", celtune " << r.entry->celtune_version
+                  << ", " << r.entry->created_at << '\n';
+      for (const auto& s : r.skipped) std::cout << "skipped   " << s << '\n';
+      std::cout << '\n';
+    }
+    if (a->json) std::cout << out.dump(2) << '\n';
+    return 0;
+  };
+}
+
+}  // namespace celtune::cli

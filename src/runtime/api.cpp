@@ -1,0 +1,211 @@
+// The C API: the boundary where exceptions become status codes plus a message
+// (CLBlast's DispatchException pattern). Each context holds the cuBLASLt handle
+// and workspace (cuda::Context), the resolver with its read-only database and
+// config cache, and a lock that serialises calls on the context.
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "celtune/celtune.h"
+#include "kernels/kernel_hash.hpp"
+#include "model/error.hpp"
+#include "resolve.hpp"
+
+#ifdef CELTUNE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_backend.hpp"
+#include "kernels/flce/flce.hpp"
+#endif
+
+using namespace celtune;
+
+struct celtune_context {
+  std::mutex mu;
+  std::string last_error;
+  DeviceInfo device;
+  std::unique_ptr<runtime::Resolver> resolver;
+#ifdef CELTUNE_HAVE_CUDA
+  std::unique_ptr<cuda::Context> cuda;
+#endif
+};
+
+namespace {
+
+template <typename F>
+celtune_status guarded(celtune_context* ctx, F&& f) {
+  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  try {
+    f();
+    ctx->last_error.clear();
+    return CELTUNE_OK;
+  } catch (const Error& e) {
+    ctx->last_error = e.what();
+    return e.status() == Status::usage ? CELTUNE_ERROR_INVALID_ARGUMENT : CELTUNE_ERROR_ENVIRONMENT;
+  } catch (const std::bad_alloc&) {
+    ctx->last_error = "out of host memory";
+    return CELTUNE_ERROR_ENVIRONMENT;
+  } catch (const std::exception& e) {
+    ctx->last_error = std::string("internal error: ") + e.what();
+    return CELTUNE_ERROR_INTERNAL;
+  }
+}
+
+template <typename E>
+E checked_enum(int v, int n, const char* what) {
+  if (v < 0 || v >= n) fail_usage(std::string("invalid ") + what + " " + std::to_string(v));
+  return static_cast<E>(v);
+}
+
+void apply_loss(Problem& p, const celtune_loss_options& o) {
+  p.loss.ignore_index = o.ignore_index;
+  p.loss.reduction = checked_enum<Reduction>(o.reduction, 3, "reduction");
+  p.loss.label_smoothing = o.label_smoothing;
+  p.loss.softcap = o.softcap;
+  p.loss.z_loss = o.z_loss;
+}
+
+Problem flce_problem(const celtune_flce_args& a) {
+  Problem p;
+  p.family = Family::flce;
+  p.tokens = a.tokens, p.hidden = a.hidden, p.vocab = a.vocab;
+  p.dtype = checked_enum<DType>(a.dtype, 3, "dtype");
+  p.target_type = checked_enum<TargetType>(a.target_dtype, 2, "target dtype");
+  apply_loss(p, a.options);
+  p.bias = a.bias != nullptr;
+  p.mode = checked_enum<Mode>(a.mode, 2, "mode");
+  p.validate();
+  return p;
+}
+
+Problem ce_problem(const celtune_ce_args& a) {
+  Problem p;
+  p.family = Family::ce;
+  p.tokens = a.tokens, p.hidden = 0, p.vocab = a.vocab;
+  p.dtype = checked_enum<DType>(a.dtype, 3, "dtype");
+  p.target_type = checked_enum<TargetType>(a.target_dtype, 2, "target dtype");
+  apply_loss(p, a.options);
+  p.mode = checked_enum<Mode>(a.mode, 2, "mode");
+  p.validate();
+  return p;
+}
+
+#ifdef CELTUNE_HAVE_CUDA
+cuda::Context& device_context(celtune_context* ctx) {
+  if (!ctx->cuda) fail_env("no CUDA device was available when this context was created");
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev != ctx->cuda->device())
+    fail_usage("the current CUDA device (" + std::to_string(dev) + ") is not this context's (" +
+               std::to_string(ctx->cuda->device()) + "): use one context per device");
+  return *ctx->cuda;
+}
+#endif
+
+}  // namespace
+
+extern "C" {
+
+void celtune_loss_defaults(celtune_loss_options* o) {
+  if (!o) return;
+  o->ignore_index = -100;
+  o->reduction = CELTUNE_MEAN;
+  o->label_smoothing = 0;
+  o->softcap = 0;
+  o->z_loss = 0;
+}
+
+const char* celtune_version(void) { return CELTUNE_VERSION; }
+
+celtune_status celtune_create(celtune_context** out, const char* db_path) {
+  if (!out) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  *out = nullptr;
+  auto ctx = std::make_unique<celtune_context>();
+  const celtune_status st = guarded(ctx.get(), [&] {
+    std::function<bool(const Problem&, const KernelConfig&)> check;
+#ifdef CELTUNE_HAVE_CUDA
+    int dev = -1;
+    if (cuda::device_count() > 0 && cudaGetDevice(&dev) == cudaSuccess) {
+      ctx->device = cuda::device_info(dev);
+      ctx->cuda = std::make_unique<cuda::Context>(dev);
+      check = [](const Problem& p, const KernelConfig& c) {
+        try {
+          cuda::check_supported(p, c);
+          return true;
+        } catch (const Error&) {
+          return false;
+        }
+      };
+    }
+#endif
+    if (ctx->device.name.empty()) ctx->device.name = "none", ctx->device.arch = "none";
+    ctx->resolver = std::make_unique<runtime::Resolver>(runtime::find_database(db_path ? db_path : ""), ctx->device,
+                                                        kKernelSourceHash, std::cerr, check);
+  });
+  if (st == CELTUNE_OK) *out = ctx.release();
+  return st;
+}
+
+void celtune_destroy(celtune_context* ctx) { delete ctx; }
+
+const char* celtune_last_error(const celtune_context* ctx) { return ctx ? ctx->last_error.c_str() : "null context"; }
+
+celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
+                                   char* tag, size_t tag_size) {
+  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  std::lock_guard lk(ctx->mu);
+  return guarded(ctx, [&] {
+    if (!args) fail_usage("null args");
+    const Problem p = flce_problem(*args);
+    const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+    const std::string j = nlohmann::json(r.config).dump();
+    if (json && json_size) std::snprintf(json, json_size, "%s", j.c_str());
+    if (tag && tag_size) std::snprintf(tag, tag_size, "%s", runtime::to_string(r.source));
+  });
+}
+
+celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream) {
+  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  std::lock_guard lk(ctx->mu);
+  return guarded(ctx, [&] {
+    if (!args) fail_usage("null args");
+    const Problem p = flce_problem(*args);
+    const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+#ifdef CELTUNE_HAVE_CUDA
+    cuda::Args a;
+    a.x = args->x, a.w = args->w, a.b = args->bias, a.targets = args->targets;
+    a.grad_scale = args->grad_scale, a.grad_tokens = args->grad_tokens;
+    a.loss = args->loss, a.token_loss = args->token_loss, a.lse = args->lse;
+    a.dx = args->dx, a.dw = args->dw, a.db = args->db, a.bad_target = args->bad_target;
+    cuda::run_flce(device_context(ctx), p, r.config, a, static_cast<cudaStream_t>(stream));
+#else
+    (void)stream;
+    fail_env("this build of libceltune has no CUDA backend");
+#endif
+  });
+}
+
+celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, celtune_stream stream) {
+  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  std::lock_guard lk(ctx->mu);
+  return guarded(ctx, [&] {
+    if (!args) fail_usage("null args");
+    const Problem p = ce_problem(*args);
+    const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+#ifdef CELTUNE_HAVE_CUDA
+    cuda::Args a;
+    a.logits = args->logits, a.targets = args->targets, a.grad_scale = args->grad_scale;
+    a.grad_tokens = args->grad_tokens, a.loss = args->loss, a.token_loss = args->token_loss, a.lse = args->lse;
+    a.dz = args->dz, a.bad_target = args->bad_target;
+    cuda::run_ce(device_context(ctx), p, r.config, a, static_cast<cudaStream_t>(stream));
+#else
+    (void)stream;
+    fail_env("this build of libceltune has no CUDA backend");
+#endif
+  });
+}
+
+}  // extern "C"

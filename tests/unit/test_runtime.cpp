@@ -1,0 +1,231 @@
+// The runtime's config resolution and C API, without a GPU: a fixture database
+// with made-up devices, every tier, every way a database can be unusable.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include <sqlite3.h>
+
+#include "celtune/celtune.h"
+#include "db/store.hpp"
+#include "kernels/kernel_hash.hpp"
+#include "model/error.hpp"
+#include "runtime/resolve.hpp"
+
+using namespace celtune;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  fs::path dir;
+  std::string db;
+  DeviceInfo h100, h200, other_arch;
+  Fixture() {
+    std::string tmpl = (fs::temp_directory_path() / "celtune-rt-XXXXXX").string();
+    dir = mkdtemp(tmpl.data());
+    db = (dir / "fixture.sqlite").string();
+    auto device = [](const char* name, const char* arch) {
+      DeviceInfo d;
+      d.name = name, d.arch = arch, d.sm_count = 132, d.memory_bytes = int64_t{80} << 30;
+      d.driver = "13.0", d.runtime = "13.0", d.cublaslt = "13.1.0", d.cublaslt_version = 130100;
+      return d;
+    };
+    h100 = device("GTX fictional H1", "sm_90");
+    h200 = device("GTX fictional H2", "sm_90");
+    other_arch = device("GTX fictional B", "sm_100");
+    db::Store s(db, db::Access::read_write);
+    put(s, h100, 4096, 1024, kKernelSourceHash);
+    put(s, h100, 16384, 2048, kKernelSourceHash);
+    put(s, h100, 1024, 512, "stale-hash");  // measured with other kernel code
+    put(s, h200, 8192, 4096, kKernelSourceHash);
+  }
+  ~Fixture() { fs::remove_all(dir); }
+  static Problem problem(int64_t n) {
+    Problem p;
+    p.tokens = n, p.hidden = 4096, p.vocab = 128256;
+    return p;
+  }
+  static void put(db::Store& s, const DeviceInfo& d, int64_t n, int64_t row_chunk, const std::string& hash) {
+    db::BestEntry b;
+    b.device = d, b.problem = problem(n);
+    b.config.block_size = 4096, b.config.v_chunk = 0, b.config.row_chunk = row_chunk, b.config.threads = 512;
+    b.stats = {1.0, 0.9, 1.1, 20, 0.2};
+    b.default_ms = 1.2, b.speedup = 1.2, b.celtune_version = "0.1.0", b.kernel_hash = hash, b.cublaslt = d.cublaslt;
+    b.created_at = "2026-11-22T00:00:00Z";
+    s.put_best(b);
+  }
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream o;
+  o << f.rdbuf();
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("resolution tiers: exact, nearest by log distance, same-arch, default; stale entries skipped") {
+  Fixture fx;
+  const std::string before = file_bytes(fx.db);
+  std::ostringstream warn;
+  runtime::Resolver r(fx.db, fx.h100, kKernelSourceHash, warn);
+  auto exact = r.resolve(Fixture::problem(4096), nullptr);
+  CHECK(exact.source == runtime::Source::exact);
+  CHECK(exact.config.row_chunk == 1024);
+  // 6000 is nearer 4096 than 16384 in log distance (0.38 against 1.00).
+  auto near = r.resolve(Fixture::problem(6000), nullptr);
+  CHECK(near.source == runtime::Source::nearest);
+  CHECK(near.entry->problem.tokens == 4096);
+  auto near2 = r.resolve(Fixture::problem(12000), nullptr);
+  CHECK(near2.entry->problem.tokens == 16384);
+  // 1024: only a stale-hash entry on this device, so nearest is 4096 and the stale one is reported.
+  auto stale = r.resolve(Fixture::problem(1024), nullptr);
+  CHECK(stale.entry->problem.tokens == 4096);
+  CHECK(stale.skipped.size() == 1);
+  CHECK(stale.skipped[0].find("stale-hash") != std::string::npos);
+  // Other loss options: nothing stored for them, so the default.
+  Problem smooth = Fixture::problem(4096);
+  smooth.loss.label_smoothing = 0.1;
+  CHECK(r.resolve(smooth, nullptr).source == runtime::Source::default_config);
+  // A device with no entries of its own, same sm_90: the other sm_90 device's.
+  runtime::Resolver r2(fx.db, fx.h200, kKernelSourceHash, warn);
+  CHECK(r2.resolve(Fixture::problem(8192), nullptr).source == runtime::Source::exact);
+  DeviceInfo stranger = fx.h200;
+  stranger.name = "GTX fictional H3";
+  runtime::Resolver r3(fx.db, stranger, kKernelSourceHash, warn);
+  CHECK(r3.resolve(Fixture::problem(4096), nullptr).source == runtime::Source::same_arch);
+  runtime::Resolver r4(fx.db, fx.other_arch, kKernelSourceHash, warn);
+  const auto def = r4.resolve(Fixture::problem(4096), nullptr);
+  CHECK(def.source == runtime::Source::default_config);
+  CHECK(def.config == default_config(Fixture::problem(4096)));
+  CHECK(warn.str().empty());
+  // Lookups never write: the file is byte for byte what it was, no side files.
+  CHECK_FALSE(fs::exists(fx.db + "-wal"));
+  CHECK_FALSE(fs::exists(fx.db + "-shm"));
+  CHECK(file_bytes(fx.db) == before);
+}
+
+TEST_CASE("explicit beats CELTUNE_CONFIG beats the database; malformed ones are usage errors") {
+  Fixture fx;
+  std::ostringstream warn;
+  runtime::Resolver r(fx.db, fx.h100, kKernelSourceHash, warn);
+  setenv("CELTUNE_CONFIG", "{\"block_size\": 512, \"threads\": 128}", 1);
+  CHECK(r.resolve(Fixture::problem(4096), nullptr).source == runtime::Source::env);
+  CHECK(r.resolve(Fixture::problem(4096), nullptr).config.block_size == 512);
+  const auto ex = r.resolve(Fixture::problem(4096), "{\"block_size\": 256}");
+  CHECK(ex.source == runtime::Source::explicit_config);
+  CHECK(ex.config.block_size == 256);
+  setenv("CELTUNE_CONFIG", "{\"blok\": 1}", 1);
+  CHECK_THROWS_AS(r.resolve(Fixture::problem(4096), nullptr), Error);
+  unsetenv("CELTUNE_CONFIG");
+  CHECK_THROWS_AS(r.resolve(Fixture::problem(4096), "not json"), Error);
+  CHECK(r.resolve(Fixture::problem(4096), nullptr).source == runtime::Source::exact);
+}
+
+TEST_CASE("unusable databases: one warning, then the defaults; nothing is created or changed") {
+  Fixture fx;
+  const std::string junk = (fx.dir / "junk.sqlite").string(), empty = (fx.dir / "empty.sqlite").string();
+  const std::string trunc = (fx.dir / "trunc.sqlite").string(), newer = (fx.dir / "newer.sqlite").string();
+  {
+    std::ofstream f(junk, std::ios::binary);
+    for (int i = 0; i < 8192; ++i) f.put(static_cast<char>((i * 2654435761u) >> 24));
+  }
+  { std::ofstream f(empty); }
+  fs::copy_file(fx.db, trunc);
+  fs::resize_file(trunc, 3000);
+  {
+    db::Store s(newer, db::Access::read_write);
+  }
+  {
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(newer.c_str(), &raw) == SQLITE_OK);
+    sqlite3_exec(raw, "PRAGMA user_version = 7", nullptr, nullptr, nullptr);
+    sqlite3_close(raw);
+  }
+  const std::string absent = (fx.dir / "absent.sqlite").string();
+  for (const std::string& path : {junk, empty, trunc, newer, absent}) {
+    CAPTURE(path);
+    const std::string before = fs::exists(path) ? file_bytes(path) : "<absent>";
+    std::ostringstream warn;
+    runtime::Resolver r(path, fx.h100, kKernelSourceHash, warn);
+    for (int n : {4096, 8192, 4096}) {
+      const auto got = r.resolve(Fixture::problem(n), nullptr);
+      CHECK(got.source == runtime::Source::default_config);
+      CHECK(got.config == default_config(Fixture::problem(n)));
+    }
+    const std::string w = warn.str();
+    CHECK(std::count(w.begin(), w.end(), '\n') == 1);  // one warning, not one per call
+    CHECK((fs::exists(path) ? file_bytes(path) : "<absent>") == before);
+    CHECK_FALSE(fs::exists(path + "-wal"));
+  }
+}
+
+TEST_CASE("C API without a GPU: lookups work, kernel calls say why they cannot, bad arguments are refused") {
+  Fixture fx;
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create(&ctx, fx.db.c_str()) == CELTUNE_OK);
+  celtune_flce_args a{};
+  a.tokens = 4096, a.hidden = 4096, a.vocab = 128256, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.mode = CELTUNE_FORWARD_BACKWARD;
+  char json[512], tag[32];
+  REQUIRE(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_OK);
+  // Without a device the context's device is "none": no database tier applies.
+  CHECK(std::string(tag) == "default");
+  a.config_json = "{\"block_size\": 1024}";
+  REQUIRE(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_OK);
+  CHECK(std::string(tag) == "explicit");
+  CHECK(std::string(json).find("\"block_size\":1024") != std::string::npos);
+  a.config_json = nullptr;
+  if (std::string(celtune_last_error(ctx)).empty()) {
+    // Kernel calls: no device here (or pointers missing where there is one).
+    CHECK(celtune_flce(ctx, &a, nullptr) != CELTUNE_OK);
+    CHECK(std::string(celtune_last_error(ctx)).size() > 0);
+  }
+  a.tokens = 0;
+  CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("tokens") != std::string::npos);
+  a.tokens = 8, a.dtype = static_cast<celtune_dtype>(9);
+  CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(celtune_flce_config(nullptr, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(celtune_flce_config(ctx, nullptr, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  celtune_destroy(ctx);
+  CHECK(celtune_create(nullptr, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("a context shared by threads gives every thread the same answers") {
+  Fixture fx;
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create(&ctx, fx.db.c_str()) == CELTUNE_OK);
+  std::vector<std::thread> pool;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 8; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        celtune_flce_args a{};
+        a.tokens = 1024 << ((t + i) % 5), a.hidden = 4096, a.vocab = 128256;
+        a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64, a.mode = CELTUNE_FORWARD_BACKWARD;
+        celtune_loss_defaults(&a.options);
+        char json[512], tag[32];
+        if (celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) != CELTUNE_OK) ++bad;
+        Problem p = Fixture::problem(a.tokens);
+        if (std::string(json) != nlohmann::json(default_config(p)).dump()) ++bad;
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(bad == 0);
+  celtune_destroy(ctx);
+}

@@ -92,6 +92,26 @@ for s in $steps; do
       note "tune exhaustive: exit $? in $(( $(date +%s) - t0 )) s"
       cat "$OUT/exhaustive.txt"
       ;;
+    example)
+      LD_LIBRARY_PATH=$PWD/.gpu/lib $B/flce_example >"$OUT/example.txt" 2>&1
+      note "example: exit $?: $(tail -1 "$OUT/example.txt")"
+      cat "$OUT/example.txt"
+      ;;
+    presets)
+      # The shipped database: every model preset at N = 2048…16384, forward+
+      # backward (the training step), guided with a budget of 12 evaluations.
+      t0=$(date +%s)
+      for m in llama3-8b llama3-70b qwen2.5-7b gemma2-2b mistral-7b; do
+        $B/celtune tune --model $m --tokens 2048..16384 --mode fwdbwd --budget 12 --max-runs 10 \
+          --db "$OUT/presets.sqlite" >>"$OUT/presets.txt" 2>&1 || note "tune $m failed"
+      done
+      note "tune presets: $(( $(date +%s) - t0 )) s"
+      $B/celtune db --db "$OUT/presets.sqlite" export --jsonl -o "$OUT/h100.jsonl"
+      $B/celtune validate --from-db "$OUT/presets.sqlite" >"$OUT/validate_presets.txt" 2>&1
+      note "validate --from-db presets: exit $?: $(tail -1 "$OUT/validate_presets.txt")"
+      rm -f "$OUT/presets.sqlite"*
+      grep -E '^flce' "$OUT/presets.txt"
+      ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -73,13 +73,18 @@ void Problem::validate() const {
 }
 
 std::string Problem::key() const {
-  std::ostringstream k;
-  k << to_string(family) << ":N" << tokens << ":H" << hidden << ":V" << vocab << ':'
-    << to_string(dtype) << ':' << to_string(target_type) << ":ign" << loss.ignore_index << ':'
-    << to_string(loss.reduction) << ":ls" << format_double(loss.label_smoothing) << ":cap"
-    << format_double(loss.softcap) << ":z" << format_double(loss.z_loss) << ':'
-    << (bias ? "bias" : "nobias") << ':' << to_string(mode);
-  return k.str();
+  // Appends and to_chars, no streams: the runtime builds this key on every call
+  // to look up its cached config, so it must cost well under a microsecond.
+  std::string k;
+  k.reserve(96);
+  char buf[32];
+  auto num = [&](int64_t v) { k.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr); };
+  auto dbl = [&](double v) { k.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr); };
+  k += to_string(family), k += ":N", num(tokens), k += ":H", num(hidden), k += ":V", num(vocab);
+  k += ':', k += to_string(dtype), k += ':', k += to_string(target_type), k += ":ign", num(loss.ignore_index);
+  k += ':', k += to_string(loss.reduction), k += ":ls", dbl(loss.label_smoothing), k += ":cap", dbl(loss.softcap);
+  k += ":z", dbl(loss.z_loss), k += bias ? ":bias:" : ":nobias:", k += to_string(mode);
+  return k;
 }
 
 Problem Problem::from_key(const std::string& key) {

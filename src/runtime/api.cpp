@@ -161,8 +161,7 @@ celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args
     if (!args) fail_usage("null args");
     const Problem p = flce_problem(*args);
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
-    const std::string j = nlohmann::json(r.config).dump();
-    if (json && json_size) std::snprintf(json, json_size, "%s", j.c_str());
+    if (json && json_size) std::snprintf(json, json_size, "%s", r.json.c_str());
     if (tag && tag_size) std::snprintf(tag, tag_size, "%s", runtime::to_string(r.source));
   });
 }

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "celtune/celtune.h"
 #include "model/error.hpp"
 
@@ -68,8 +70,9 @@ bool Resolver::db_usable() {
 
 Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   if (explicit_json) {
-    Resolved r{parse_config_json(explicit_json), Source::explicit_config, std::nullopt, {}};
+    Resolved r{parse_config_json(explicit_json), Source::explicit_config, std::nullopt, {}, {}};
     validate_config(p, r.config);
+    r.json = nlohmann::json(r.config).dump();
     return r;
   }
   if (const char* env = std::getenv("CELTUNE_CONFIG"); env && *env) {
@@ -81,11 +84,12 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
       fail_usage(std::string("CELTUNE_CONFIG: ") + e.what());
     }
     r.source = Source::env;
+    r.json = nlohmann::json(r.config).dump();
     return r;
   }
   const std::string key = p.key();
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  Resolved r{default_config(p), Source::default_config, std::nullopt, {}};
+  Resolved r{default_config(p), Source::default_config, std::nullopt, {}, {}};
   open_once();
   if (store_) {
     try {
@@ -119,6 +123,7 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
       store_.reset();
     }
   }
+  r.json = nlohmann::json(r.config).dump();
   if (log_) {
     warn_ << "celtune: " << key << " -> " << celtune::to_string(r.config) << " [" << to_string(r.source) << "]";
     if (r.entry) warn_ << " from " << r.entry->device.name << " N=" << r.entry->problem.tokens;

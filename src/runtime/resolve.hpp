@@ -26,6 +26,7 @@ struct Resolved {
   Source source = Source::default_config;
   std::optional<db::BestEntry> entry;  // the database row it came from
   std::vector<std::string> skipped;    // database rows passed over, and why
+  std::string json;                    // the config as JSON (filled once, for reporting)
 };
 
 // The database the runtime reads: the explicit path, else $CELTUNE_DB, else

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/json_get.hpp"
+
 namespace celtune::db {
 
 void to_json(nlohmann::json& j, const Stats& s) {
@@ -15,7 +17,7 @@ void from_json(const nlohmann::json& j, Stats& s) {
   s.median_ms = j.at("median_ms").get<double>();
   s.p20_ms = j.at("p20_ms").get<double>();
   s.p80_ms = j.at("p80_ms").get<double>();
-  s.samples = j.at("samples").get<int64_t>();
+  s.samples = json_int<int64_t>(j, "samples");
   s.spread = j.at("spread").get<double>();
 }
 

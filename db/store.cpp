@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <istream>
@@ -142,8 +144,11 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
     fail_env("cannot open database " + path + ": " + m);
   }
   try {
-    // Another tuner may hold the write lock for a while; wait for it rather than fail.
-    sqlite3_busy_timeout(db_, 10000);
+    // Another tuner may hold the write lock for a while; wait for it rather than
+    // fail (CELTUNE_BUSY_TIMEOUT_MS, default 10 s; the tests shorten it).
+    int busy_ms = 10000;
+    if (const char* e = std::getenv("CELTUNE_BUSY_TIMEOUT_MS"); e && *e) busy_ms = std::max(0, std::atoi(e));
+    sqlite3_busy_timeout(db_, busy_ms);
     exec(db_, path_, "PRAGMA foreign_keys = ON");
     migrate();
   } catch (...) {
@@ -204,12 +209,15 @@ void Store::write(const std::function<void()>& fn) {
   }
   // BEGIN IMMEDIATE takes the write lock up front, so a transaction never has to
   // upgrade (and deadlock) halfway. The busy timeout waits inside SQLite; this
-  // loop retries the whole transaction if that wait still ends busy.
+  // loop retries the whole transaction a few times if that wait still ends busy.
+  constexpr int kAttempts = 4;
   for (int attempt = 0;; ++attempt) {
     try {
       exec(db_, path_, "BEGIN IMMEDIATE");
     } catch (const Stmt::Busy&) {
-      if (attempt >= 20) fail_env("database " + path_ + " stayed locked by another writer; nothing was written");
+      if (attempt + 1 >= kAttempts)
+        fail_env("database " + path_ + " stayed locked by another writer past the busy timeout; this write was not "
+                 "made and nothing stored before it was lost");
       std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
       continue;
     }
@@ -222,7 +230,9 @@ void Store::write(const std::function<void()>& fn) {
     } catch (const Stmt::Busy&) {
       --tx_depth_;
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      if (attempt >= 20) fail_env("database " + path_ + " stayed locked by another writer; nothing was written");
+      if (attempt + 1 >= kAttempts)
+        fail_env("database " + path_ + " stayed locked by another writer past the busy timeout; this write was not "
+                 "made and nothing stored before it was lost");
       std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
     } catch (...) {
       --tx_depth_;

@@ -134,5 +134,28 @@ expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best configs" "a failed import lost nothing"
 
+# A database locked by another writer past the busy timeout: tune says so and
+# exits 3; what was stored stays; readers (lookup) are not blocked.
+before=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
+python3 - "$tmp/t.sqlite" "$tmp/locked" <<'PY' &
+import sqlite3, sys, time, os
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+con.execute("BEGIN EXCLUSIVE")
+open(sys.argv[2], "w").close()
+time.sleep(6)
+con.execute("ROLLBACK")
+PY
+locker=$!
+for _ in $(seq 50); do [ -e "$tmp/locked" ] && break; sleep 0.1; done
+CELTUNE_BUSY_TIMEOUT_MS=300 expect 3 "tune into a locked database" -- env CELTUNE_BUSY_TIMEOUT_MS=300 \
+  "$celtune" tune --device cpu --shape 40,16,600 --dtype fp32 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3
+contains err "locked" "the message says the database is locked"
+expect 0 "lookup while locked" -- "$celtune" lookup --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/t.sqlite"
+wait $locker
+after=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
+[ "$before" = "$after" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the locked database changed"; }
+# A location where no file can be created.
+expect 3 "tune into an uncreatable path" -- "$celtune" tune --device cpu --shape 8,16,200 --db /proc/celtune-test.sqlite
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

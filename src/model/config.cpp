@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error.hpp"
+#include "json_get.hpp"
 
 namespace celtune {
 
@@ -104,17 +105,16 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
   KernelConfig d;
   c = d;
   try {
-    if (j.contains("block_size")) c.block_size = j.at("block_size").get<int>();
-    if (j.contains("v_chunk")) c.v_chunk = j.at("v_chunk").get<int64_t>();
-    if (j.contains("row_chunk")) c.row_chunk = j.at("row_chunk").get<int64_t>();
-    if (j.contains("threads")) c.threads = j.at("threads").get<int>();
-    if (j.contains("rows_per_block")) c.rows_per_block = j.at("rows_per_block").get<int>();
+    c.block_size = json_int_or<int>(j, "block_size", c.block_size);
+    c.v_chunk = json_int_or<int64_t>(j, "v_chunk", c.v_chunk);
+    c.row_chunk = json_int_or<int64_t>(j, "row_chunk", c.row_chunk);
+    c.threads = json_int_or<int>(j, "threads", c.threads);
+    c.rows_per_block = json_int_or<int>(j, "rows_per_block", c.rows_per_block);
     if (j.contains("dw_acc_fp32")) c.dw_acc_fp32 = j.at("dw_acc_fp32").get<bool>();
     if (j.contains("dx_acc_fp32")) c.dx_acc_fp32 = j.at("dx_acc_fp32").get<bool>();
     if (j.contains("fused")) c.fused = j.at("fused").get<bool>();
     if (j.contains("gemm_algos")) c.gemm_algos = j.at("gemm_algos").get<std::vector<std::string>>();
-    if (j.contains("gemm_algos_cublaslt"))
-      c.gemm_algos_cublaslt = j.at("gemm_algos_cublaslt").get<int64_t>();
+    c.gemm_algos_cublaslt = json_int_or<int64_t>(j, "gemm_algos_cublaslt", c.gemm_algos_cublaslt);
   } catch (const nlohmann::json::exception& e) {
     fail_usage(std::string("config: ") + e.what());
   }

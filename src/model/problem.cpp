@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error.hpp"
+#include "json_get.hpp"
 
 namespace celtune {
 
@@ -131,12 +132,12 @@ void to_json(nlohmann::json& j, const Problem& p) {
 void from_json(const nlohmann::json& j, Problem& p) {
   auto str = [&](const char* k) { return j.at(k).get<std::string>(); };
   p.family = parse_enum(parse_family(str("family")), str("family"), "family");
-  p.tokens = j.at("tokens").get<int64_t>();
-  p.hidden = j.at("hidden").get<int64_t>();
-  p.vocab = j.at("vocab").get<int64_t>();
+  p.tokens = json_int<int64_t>(j, "tokens");
+  p.hidden = json_int<int64_t>(j, "hidden");
+  p.vocab = json_int<int64_t>(j, "vocab");
   p.dtype = parse_enum(parse_dtype(str("dtype")), str("dtype"), "dtype");
   p.target_type = parse_enum(parse_target_type(str("target_type")), str("target_type"), "target type");
-  p.loss.ignore_index = j.at("ignore_index").get<int64_t>();
+  p.loss.ignore_index = json_int<int64_t>(j, "ignore_index");
   p.loss.reduction = parse_enum(parse_reduction(str("reduction")), str("reduction"), "reduction");
   p.loss.label_smoothing = j.at("label_smoothing").get<double>();
   p.loss.softcap = j.at("softcap").get<double>();

@@ -10,6 +10,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -114,6 +116,40 @@ TEST_CASE("a target outside [0, V) is an input error naming the token") {
     CHECK(e.status() == Status::usage);
     CHECK(std::string(e.what()).find("token 6") != std::string::npos);
   }
+}
+
+TEST_CASE("ce with N·V beyond 2^31 (64-bit indexing): rows past the 2^31st element are right") {
+  // 16500 × 131072 = 2.16e9 logits, past INT32_MAX: any 32-bit index product
+  // wraps in the last rows. Those rows (and the first) are checked against fp64.
+  Problem p;
+  p.family = Family::ce, p.tokens = 16500, p.hidden = 0, p.vocab = 131072, p.dtype = DType::bf16;
+  p.loss.reduction = Reduction::sum;
+  REQUIRE(p.tokens * p.vocab > int64_t{INT32_MAX});
+  const HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
+  KernelConfig c = default_config(p);
+  const HostOutputs out = gpu()->run(p, c, in);
+  const int64_t V = p.vocab;
+  for (int64_t row : {int64_t{0}, int64_t{16383}, int64_t{16384}, p.tokens - 2, p.tokens - 1}) {
+    CAPTURE(row);
+    const float* z = &in.logits[static_cast<size_t>(row * V)];
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < V; ++j) m = std::max(m, double(z[j]));
+    for (int64_t j = 0; j < V; ++j) s += std::exp(double(z[j]) - m);
+    const double L = m + std::log(s);
+    const int64_t y = in.targets[static_cast<size_t>(row)];
+    CHECK(out.lse[static_cast<size_t>(row)] == doctest::Approx(L).epsilon(1e-5));
+    CHECK(out.token_loss[static_cast<size_t>(row)] == doctest::Approx(L - z[y]).epsilon(1e-4));
+    double err2 = 0, ref2 = 0;
+    for (int64_t j = 0; j < V; ++j) {
+      const double g = in.grad_scale * (std::exp(double(z[j]) - L) - (j == y));
+      const double d = double(out.grad_logits[static_cast<size_t>(row * V + j)]) - g;
+      err2 += d * d, ref2 += g * g;
+    }
+    CHECK(std::sqrt(err2 / ref2) < 1e-2);  // dZ is rounded to bf16: ~2^-9 relative per element
+  }
+  double total = 0;
+  for (float l : out.token_loss) total += l;
+  CHECK(out.loss == doctest::Approx(total).epsilon(1e-4));
 }
 
 TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang") {

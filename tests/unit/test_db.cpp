@@ -149,6 +149,24 @@ TEST_CASE("store: malformed import stores nothing") {
   CHECK(s.best_entries().empty());
 }
 
+TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
+  TempDir t;
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  std::ostringstream good;
+  {
+    db::Store src(t.file("src.sqlite"), db::Access::read_write);
+    src.put_best(best(fictional(), 4096, 2.0, 256));
+    db::export_jsonl(src, good);
+  }
+  std::string line = good.str();
+  const auto at = line.find("\"tokens\":4096");
+  REQUIRE(at != std::string::npos);
+  line.replace(at, 14, "\"tokens\":8.5e70");
+  std::istringstream in(line);
+  CHECK_THROWS_AS(db::import_jsonl(s, in), Error);
+  CHECK(s.best_entries().empty());
+}
+
 TEST_CASE("store: damaged, foreign and newer databases are refused with an environment error") {
   TempDir t;
   auto refuses = [](const std::string& path, db::Access a) {

@@ -67,6 +67,12 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK_THROWS_AS(parse_config_json("{\"block_size\": \"x\"}"), Error);
   CHECK_THROWS_AS(parse_config_json("not json"), Error);
   CHECK(parse_config_json("{\"block_size\": 256}").block_size == 256);
+  // Found by fuzzing: numbers that are not integers, or do not fit, are refused
+  // (nlohmann's get<int>() on 2e120 is an out-of-range cast, undefined behaviour).
+  CHECK_THROWS_AS(parse_config_json("{\"block_size\": 2.04e120}"), Error);
+  CHECK_THROWS_AS(parse_config_json("{\"block_size\": 4294967296}"), Error);
+  CHECK_THROWS_AS(parse_config_json("{\"v_chunk\": 18446744073709551615}"), Error);
+  CHECK_THROWS_AS(parse_config_json("{\"threads\": 256.5}"), Error);
 
   Problem p;
   p.tokens = 100, p.hidden = 64, p.vocab = 5000;

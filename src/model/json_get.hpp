@@ -1,0 +1,38 @@
+// Checked integer reads from JSON that came from outside (configs, imports).
+// nlohmann's get<int>() on a number like 2e120 casts a double out of range,
+// which is undefined behaviour (found by fuzzing): read integers only as
+// integers, and only within the target type's range.
+#pragma once
+
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "error.hpp"
+
+namespace celtune {
+
+template <typename T>
+T json_int(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer())
+    fail_usage(std::string("'") + key + "' must be an integer, got " + v.dump().substr(0, 40));
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+      fail_usage(std::string("'") + key + "' is out of range: " + v.dump().substr(0, 40));
+    return static_cast<T>(u);
+  }
+  const auto s = v.get<int64_t>();
+  if (s < static_cast<int64_t>(std::numeric_limits<T>::min()) || s > static_cast<int64_t>(std::numeric_limits<T>::max()))
+    fail_usage(std::string("'") + key + "' is out of range: " + v.dump().substr(0, 40));
+  return static_cast<T>(s);
+}
+
+template <typename T>
+T json_int_or(const nlohmann::json& j, const char* key, T fallback) {
+  return j.contains(key) ? json_int<T>(j, key) : fallback;
+}
+
+}  // namespace celtune

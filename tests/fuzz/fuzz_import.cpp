@@ -1,0 +1,22 @@
+// libFuzzer target: `celtune db import` on arbitrary bytes. Either the lines are
+// stored or celtune::Error says why; anything else (a crash, another exception,
+// a sanitizer report) is a bug.
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "db/store.hpp"
+#include "model/error.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static celtune::db::Store store(":memory:", celtune::db::Access::read_write);
+  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
+  try {
+    celtune::db::import_jsonl(store, in);
+    std::ostringstream out;
+    celtune::db::export_jsonl(store, out);  // what was stored must read back
+  } catch (const celtune::Error&) {
+  }
+  return 0;
+}

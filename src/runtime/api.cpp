@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -55,9 +56,14 @@ celtune_status guarded(celtune_context* ctx, F&& f) {
   }
 }
 
-template <typename E>
-E checked_enum(int v, int n, const char* what) {
-  if (v < 0 || v >= n) fail_usage(std::string("invalid ") + what + " " + std::to_string(v));
+// An enum field filled by a C caller may hold any integer, and loading an
+// out-of-range value as the C++ enum type is undefined behaviour: read the bytes
+// as the underlying integer, check, then convert.
+template <typename E, typename CEnum>
+E checked_enum(const CEnum& field, int n, const char* what) {
+  std::underlying_type_t<CEnum> v;
+  std::memcpy(&v, &field, sizeof v);
+  if (v < 0 || static_cast<int64_t>(v) >= n) fail_usage(std::string("invalid ") + what + " " + std::to_string(v));
   return static_cast<E>(v);
 }
 

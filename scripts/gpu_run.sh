@@ -41,12 +41,23 @@ for s in $steps; do
       $B/celtune bench --mode fwd --no-ce >"$OUT/bench_fwd.txt" 2>&1; note "bench fwd: exit $?"; cat "$OUT/bench_fwd.txt"
       ;;
     sanitize)
-      for tool in memcheck racecheck initcheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 $B/celtune validate --device 0 --shape 67,48,1001 \
-          --dtype bf16,fp32 --bias --label-smoothing 0.1 \
-          --config '{"block_size":256,"v_chunk":384,"row_chunk":40,"threads":128}' >"$OUT/sanitize_$tool.log" 2>&1
-        note "compute-sanitizer $tool: exit $? — $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+      # compute-sanitizer over the gpu suite (all but the 2^31-element case, too
+      # large for instrumented runs) and over validate on a small shape.
+      for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
+        t0=$(date +%s)
+        compute-sanitizer --tool $tool --error-exitcode 9 $B/gpu_tests -tce='*2^31*' >"$OUT/san_suite_$tool.log" 2>&1
+        rc=$?
+        note "compute-sanitizer $tool, gpu suite: exit $rc in $(( $(date +%s) - t0 )) s — $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_suite_$tool.log" | tail -1); $(grep -E 'test cases:' "$OUT/san_suite_$tool.log" | tail -1)"
       done
+      ;;
+    lookup)
+      # The shipped database beside libceltune, as a deployment finds it.
+      for n in 4096 6000; do
+        $B/celtune lookup --model llama3-8b --tokens $n --mode fwdbwd >>"$OUT/lookup.txt" 2>&1
+      done
+      CELTUNE_LOG=1 $B/celtune lookup --model gemma2-2b --tokens 16384 --mode fwdbwd >>"$OUT/lookup.txt" 2>&1
+      note "lookup: $(grep -E '^tag' "$OUT/lookup.txt" | tr '\n' ' ')"
+      cat "$OUT/lookup.txt"
       ;;
     sweep)
       # Config grid for choosing defaults: ce tile widths and thread counts, fused

@@ -45,7 +45,7 @@ for s in $steps; do
       # large for instrumented runs) and over validate on a small shape.
       for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
         t0=$(date +%s)
-        compute-sanitizer --tool $tool --error-exitcode 9 $B/gpu_tests -tce='*2^31*' >"$OUT/san_suite_$tool.log" 2>&1
+        timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool --error-exitcode 9 $B/gpu_tests -tce='*2^31*' >"$OUT/san_suite_$tool.log" 2>&1
         rc=$?
         note "compute-sanitizer $tool, gpu suite: exit $rc in $(( $(date +%s) - t0 )) s — $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_suite_$tool.log" | tail -1); $(grep -E 'test cases:' "$OUT/san_suite_$tool.log" | tail -1)"
       done

@@ -19,13 +19,22 @@ Tolerance tolerance_for(DType t) {
   // (unit roundoff 2^-9 ≈ 2e-3, so 4e-3 is two units), fp16 11 bits (2^-12 ≈ 2.4e-4,
   // so 1e-3 is four), fp32 24 bits, where the CE's own fp32 exp/log on logits near
   // 100 carry ~1e-5 relative error that the fp64 baseline does not model.
+  // The max-abs slack is two units in the last place of the dtype at the scale
+  // of the largest reference value (bf16 2^-7, fp16 2^-10): the worst single
+  // element is an extreme-value statistic, and a kernel that rounds at other
+  // points than the baseline (the bias added in fp32 after the GEMM's rounding,
+  // where PyTorch rounds after the bias) flips other elements' rounding. On the
+  // H100 such a case gave dW 1.54e-3 against the baseline's 4.9e-4 while its
+  // relative L2 was 1.16x the baseline's, and the CPU backend reproduced it to
+  // the digit: the same arithmetic, not an error. Across seeds the ratio ran
+  // 0.88-1.16 (docs/results.md).
   // Bounds are absolute: no kernel, whatever the baseline did, passes beyond them.
   switch (t) {
-    case DType::bf16: return {1.25, 4e-3, 5e-2, 1.6e-2};
-    case DType::fp16: return {1.25, 1e-3, 1e-2, 2e-3};
-    case DType::fp32: return {1.25, 5e-5, 1e-3, 1e-4};
+    case DType::bf16: return {1.25, 4e-3, 0x1p-7, 5e-2, 1.6e-2};
+    case DType::fp16: return {1.25, 1e-3, 0x1p-10, 1e-2, 2e-3};
+    case DType::fp32: return {1.25, 5e-5, 5e-5, 1e-3, 1e-4};
   }
-  return {1.25, 5e-5, 1e-3, 1e-4};
+  return {1.25, 5e-5, 5e-5, 1e-3, 1e-4};
 }
 
 namespace {
@@ -72,9 +81,9 @@ OutputVerdict judge(const std::string& name, const std::vector<float>& got, cons
     std::snprintf(buf, sizeof buf, "rel L2 %.3g > %.2g × baseline %.3g + %.1g", k.rel_l2, tol.baseline_factor,
                   b.rel_l2, tol.margin);
     v.why = buf;
-  } else if (k.max_abs > 2 * b.max_abs + tol.margin * ref_max) {
-    std::snprintf(buf, sizeof buf, "max abs %.3g > 2 × baseline %.3g + %.1g × max|ref| %.3g", k.max_abs,
-                  b.max_abs, tol.margin, ref_max);
+  } else if (k.max_abs > 2 * b.max_abs + tol.max_margin * ref_max) {
+    std::snprintf(buf, sizeof buf, "max abs %.3g > 2 × baseline %.3g + %.2g × max|ref| %.3g", k.max_abs,
+                  b.max_abs, tol.max_margin, ref_max);
     v.why = buf;
   } else if (k.rel_l2 > bound) {
     std::snprintf(buf, sizeof buf, "rel L2 %.3g above the %s bound %.2g", k.rel_l2, std::string(to_string(dt)).c_str(),

@@ -24,7 +24,8 @@ namespace celtune {
 // Tolerances of one dtype, with the reasoning in validate.cpp.
 struct Tolerance {
   double baseline_factor;  // kernel error may be this multiple of the baseline's …
-  double margin;           // … plus this (relative L2; times max|ref| for max abs)
+  double margin;           // … plus this (relative L2)
+  double max_margin;       // max abs: 2 × the baseline's worst plus this × max|ref|
   double bound;            // and never above this relative L2
   double rtol;             // per-element, for counting mismatches
 };

@@ -180,7 +180,6 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   b.celtune_version = celtune_version(), b.kernel_hash = hash, b.cublaslt = dev.cublaslt;
   b.created_at = db::utc_now_iso8601();
   store.put_best(b);
-  res.stored = true;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

@@ -37,7 +37,6 @@ struct TuneResult {
   double default_ms = 0, speedup = 0;
   size_t candidates = 0, evaluated = 0, reused = 0, failed = 0;
   double seconds = 0;
-  bool stored = false;
 };
 
 const char* kernel_source_hash();

@@ -4,7 +4,6 @@
 
 #include "commands.hpp"
 #include "kernels/backend.hpp"
-#include "model/error.hpp"
 #include "output.hpp"
 
 namespace celtune::cli {
@@ -28,16 +27,6 @@ Action register_devices(CLI::App& app) {
     t.print(std::cout);
     if (!cuda_built()) std::cout << "(this build has no CUDA backend)\n";
     return 0;
-  };
-}
-
-Action register_not_built(CLI::App& app, const std::string& name, const std::string& description,
-                          const std::string& issue) {
-  auto* sub = app.add_subcommand(name, description + " [not built yet]");
-  sub->allow_extras();
-  return [name, issue] {
-    std::cerr << "celtune " << name << ": not built yet in this version (tracked as " << issue << ")\n";
-    return static_cast<int>(Status::environment);
   };
 }
 

@@ -19,8 +19,6 @@ Action register_bench(CLI::App& app);
 Action register_tune(CLI::App& app);
 Action register_report(CLI::App& app);
 Action register_lookup(CLI::App& app);
-Action register_not_built(CLI::App& app, const std::string& name, const std::string& description,
-                          const std::string& issue);
 
 // The database a command uses when --db is not given: $CELTUNE_DB, else
 // $XDG_DATA_HOME/celtune/celtune.sqlite, else ~/.local/share/celtune/celtune.sqlite.

@@ -37,9 +37,12 @@ struct celtune_context {
 
 namespace {
 
+// Every entry point runs through here: a null context is refused, the call holds
+// the context's lock (so threads may share one), and exceptions become a status.
 template <typename F>
 celtune_status guarded(celtune_context* ctx, F&& f) {
   if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  std::lock_guard lk(ctx->mu);
   try {
     f();
     ctx->last_error.clear();
@@ -161,8 +164,6 @@ const char* celtune_last_error(const celtune_context* ctx) { return ctx ? ctx->l
 
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
                                    char* tag, size_t tag_size) {
-  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
-  std::lock_guard lk(ctx->mu);
   return guarded(ctx, [&] {
     if (!args) fail_usage("null args");
     const Problem p = flce_problem(*args);
@@ -173,8 +174,6 @@ celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args
 }
 
 celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream) {
-  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
-  std::lock_guard lk(ctx->mu);
   return guarded(ctx, [&] {
     if (!args) fail_usage("null args");
     const Problem p = flce_problem(*args);
@@ -194,8 +193,6 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
 }
 
 celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, celtune_stream stream) {
-  if (!ctx) return CELTUNE_ERROR_INVALID_ARGUMENT;
-  std::lock_guard lk(ctx->mu);
   return guarded(ctx, [&] {
     if (!args) fail_usage("null args");
     const Problem p = ce_problem(*args);

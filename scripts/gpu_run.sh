@@ -41,11 +41,17 @@ for s in $steps; do
       $B/celtune bench --mode fwd --no-ce >"$OUT/bench_fwd.txt" 2>&1; note "bench fwd: exit $?"; cat "$OUT/bench_fwd.txt"
       ;;
     sanitize)
-      # compute-sanitizer over the gpu suite (all but the 2^31-element case, too
-      # large for instrumented runs) and over validate on a small shape.
+      # compute-sanitizer over the gpu suite (all but the 2^31-element and the
+      # Llama-sized cases, too large for instrumented runs), then over validate on
+      # a small shape. Racecheck leaves out cuBLASLt's own GEMM kernels (nvjet*):
+      # their shared-memory protocol is not ours to fix, and it floods the report.
+      excl=--kernel-name-exclude
+      compute-sanitizer --help 2>&1 | grep -q -- --kernel-name-exclude || excl=--kernel-regex-exclude
       for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
         t0=$(date +%s)
-        timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool --error-exitcode 9 $B/gpu_tests -tce='*2^31*' >"$OUT/san_suite_$tool.log" 2>&1
+        extra=()
+        [ $tool = racecheck ] && extra=($excl kns=nvjet --print-limit 1000)
+        timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 9 $B/gpu_tests -tce='*2^31*,*[large]*' >"$OUT/san_suite_$tool.log" 2>&1
         rc=$?
         note "compute-sanitizer $tool, gpu suite: exit $rc in $(( $(date +%s) - t0 )) s — $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_suite_$tool.log" | tail -1); $(grep -E 'test cases:' "$OUT/san_suite_$tool.log" | tail -1)"
       done

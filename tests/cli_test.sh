@@ -76,6 +76,13 @@ expect 2 "unknown preset" -- "$celtune" validate --device cpu --model gpt-17 --t
 expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1.5
 expect 2 "negative softcap" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -3
 expect 2 "unknown dtype" -- "$celtune" validate --device cpu --shape 4,8,100 --dtype fp8
+expect 2 "unknown reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp32
+expect 0 "explicit fp64 reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp64
+contains out "fp64" "validate names its truth"
+if ! "$celtune" devices | grep -q '^cuda'; then
+  expect 3 "gpu reference without a GPU" -- "$celtune" validate --device cpu --shape 4,8,100 --reference gpu
+  contains err "needs a CUDA GPU" "gpu reference error says why"
+fi
 expect 2 "bad config json" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"blok":1}'
 expect 2 "config violates constraints" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"block_size":48}'
 expect 2 "bad device name" -- "$celtune" validate --device gpu-please

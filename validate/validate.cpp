@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/reference/fp64.hpp"
+#include "kernels/reference/gpu.hpp"
 #include "model/error.hpp"
 
 namespace celtune {
@@ -96,36 +97,134 @@ OutputVerdict judge(const std::string& name, const std::vector<float>& got, cons
 
 }  // namespace
 
-CaseResult validate_case(Backend& backend, const ValidationCase& vc) {
+double fp64_cost(const Problem& p) {
+  // Multiply-adds the fp64 reference does: the logits GEMM and the two gradient
+  // GEMMs (flce), plus about 20 operations per logit for softmax and dZ.
+  const double nv = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
+  return nv * (p.family == Family::flce ? 3.0 * static_cast<double>(p.hidden) + 20.0 : 20.0);
+}
+
+std::string_view to_string(Truth t) {
+  switch (t) {
+    case Truth::automatic: return "auto";
+    case Truth::fp64: return "fp64";
+    case Truth::gpu: return "gpu";
+  }
+  return "auto";
+}
+
+Truth parse_truth(std::string_view s) {
+  if (s == "auto") return Truth::automatic;
+  if (s == "fp64") return Truth::fp64;
+  if (s == "gpu") return Truth::gpu;
+  fail_usage("unknown reference '" + std::string(s) + "': expected auto, fp64 or gpu");
+}
+
+namespace {
+
+// The vector outputs a problem has, by name, in one order for kernel and
+// references alike: token_loss, lse, then dz (ce) or dx, dw, db (flce).
+template <typename Out>
+using Named = std::vector<std::pair<std::string, const std::vector<Out>*>>;
+
+template <typename Out>
+Named<Out> named_outputs(const Problem& p, const std::vector<Out>& token_loss, const std::vector<Out>& lse,
+                         const std::vector<Out>& dz, const std::vector<Out>& dx, const std::vector<Out>& dw,
+                         const std::vector<Out>& db) {
+  Named<Out> v{{"token_loss", &token_loss}, {"lse", &lse}};
+  if (p.mode != Mode::forward_backward) return v;
+  if (p.family == Family::ce) {
+    v.push_back({"dz", &dz});
+  } else {
+    v.push_back({"dx", &dx});
+    v.push_back({"dw", &dw});
+    if (p.bias) v.push_back({"db", &db});
+  }
+  return v;
+}
+
+Named<double> ref_outputs(const Problem& p, const RefOutputs& r) {
+  return named_outputs(p, r.token_loss, r.lse, r.grad_logits, r.dx, r.dw, r.db);
+}
+Named<float> host_outputs(const Problem& p, const HostOutputs& o) {
+  return named_outputs(p, o.token_loss, o.lse, o.grad_logits, o.dx, o.dw, o.db);
+}
+
+int cuda_ordinal(const DeviceInfo& d) {
+  return d.id.rfind("cuda:", 0) == 0 ? std::stoi(d.id.substr(5)) : 0;
+}
+
+}  // namespace
+
+std::string check_gpu_reference(const Problem& p, const CaseSpec& spec, int ordinal) {
+  // The GPU reference computes in fp32 (sums in double); against fp64 it must
+  // agree to fp32 accuracy in every output. 1e-4 relative L2 leaves room for
+  // exp() of logits near 100 (fp32 carries ~1e-5 there), nothing more.
+  constexpr double kRelL2 = 1e-4;
+  Problem q = p;
+  q.tokens = std::min<int64_t>(p.tokens, 67);
+  q.vocab = std::min<int64_t>(p.vocab, 1001);
+  if (p.family == Family::flce) q.hidden = std::min<int64_t>(p.hidden, 48);
+  const HostCase in = make_case(q, spec);
+  const RefOutputs gpu = reference::run_gpu(q, in, ordinal, false);
+  const RefOutputs cpu = reference::run(q, in, false);
+  char buf[200];
+  if (q.loss.reduction != Reduction::none &&
+      !(std::fabs(gpu.loss - cpu.loss) <= kRelL2 * std::max(1.0, std::fabs(cpu.loss)))) {
+    std::snprintf(buf, sizeof buf, "loss %.9g, fp64 %.9g at %s", gpu.loss, cpu.loss, q.key().c_str());
+    return buf;
+  }
+  const auto g = ref_outputs(q, gpu), c = ref_outputs(q, cpu);
+  for (size_t k = 0; k < g.size(); ++k) {
+    const ErrorStats e = compare(g[k].second->data(), c[k].second->data(), c[k].second->size(), 0.0, 0.0, 1);
+    if (g[k].second->size() != c[k].second->size() || e.nonfinite > 0 || !(e.rel_l2 <= kRelL2)) {
+      std::snprintf(buf, sizeof buf, "%s rel L2 %.3g (non-finite %lld) against fp64 at %s", g[k].first.c_str(),
+                    e.rel_l2, static_cast<long long>(e.nonfinite), q.key().c_str());
+      return buf;
+    }
+  }
+  return "";
+}
+
+CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choice) {
   CaseResult r;
   r.vcase = vc;
   const auto t0 = std::chrono::steady_clock::now();
   const Problem& p = vc.problem;
   try {
+    const bool gpu_ref = choice == Truth::gpu ||
+                         (choice == Truth::automatic && fp64_cost(p) > kFp64Budget && reference::gpu_reference_available());
+    if (gpu_ref && !reference::gpu_reference_available())
+      fail_env("the GPU reference needs a CUDA GPU and a build with CUDA");
     backend.check(p, vc.config);
     const HostCase in = make_case(p, vc.spec);
     const HostOutputs got = backend.run(p, vc.config, in);
     const HostOutputs again = backend.run(p, vc.config, in);
     r.deterministic = same_outputs(got, again);
-    const RefOutputs truth = reference::run(p, in, false);
-    const RefOutputs base = reference::run(p, in, true);
+    RefOutputs truth, base;
+    if (gpu_ref) {
+      const int ordinal = cuda_ordinal(backend.device());
+      r.reference_check = check_gpu_reference(p, vc.spec, ordinal);
+      if (!r.reference_check.empty()) fail_env("the GPU reference failed its own check: " + r.reference_check);
+      r.reference_check = "pass";
+      truth = reference::run_gpu(p, in, ordinal, false);
+      base = reference::run_gpu(p, in, ordinal, true);
+      r.truth = "gpu-fp32";
+    } else {
+      truth = reference::run(p, in, false);
+      base = reference::run(p, in, true);
+      r.truth = "fp64";
+    }
     const DType dt = p.dtype;
     double magnitude = 0;
     for (double l : truth.lse) magnitude = std::max(magnitude, std::fabs(l));
     // Scalar loss: for 'none' there is no scalar output, only the vector.
     if (p.loss.reduction != Reduction::none)
       r.outputs.push_back(judge("loss", {got.loss}, {truth.loss}, {base.loss}, dt, magnitude));
-    r.outputs.push_back(judge("token_loss", got.token_loss, truth.token_loss, base.token_loss, dt, magnitude));
-    r.outputs.push_back(judge("lse", got.lse, truth.lse, base.lse, dt, magnitude));
-    if (p.mode == Mode::forward_backward) {
-      if (p.family == Family::ce) {
-        r.outputs.push_back(judge("dz", got.grad_logits, truth.grad_logits, base.grad_logits, dt, magnitude));
-      } else {
-        r.outputs.push_back(judge("dx", got.dx, truth.dx, base.dx, dt, magnitude));
-        r.outputs.push_back(judge("dw", got.dw, truth.dw, base.dw, dt, magnitude));
-        if (p.bias) r.outputs.push_back(judge("db", got.db, truth.db, base.db, dt, magnitude));
-      }
-    }
+    const auto k = host_outputs(p, got);
+    const auto t = ref_outputs(p, truth), b = ref_outputs(p, base);
+    for (size_t i = 0; i < k.size(); ++i)
+      r.outputs.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second, dt, magnitude));
     r.pass = r.deterministic;
     for (const auto& o : r.outputs) r.pass = r.pass && o.pass;
   } catch (const Error& e) {
@@ -136,7 +235,7 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc) {
   return r;
 }
 
-std::vector<ValidationCase> default_matrix(uint64_t seed) {
+std::vector<ValidationCase> default_matrix(uint64_t seed, bool gpu_cases) {
   std::vector<ValidationCase> out;
   uint64_t s = seed;
   // Shapes: N = 67 is not a multiple of any row chunk, V = 1001 of any block
@@ -191,6 +290,26 @@ std::vector<ValidationCase> default_matrix(uint64_t seed) {
       }
     }
   }
+  if (gpu_cases) {
+    // 64-bit indexing: one row chunk of all N rows and one vocabulary chunk, so
+    // the kernel's single logits tile holds N·V = 16411·131072 ≈ 2^31 + 3.6e6
+    // elements (4.3 GB in bf16). H = 64 keeps the inputs small; the GPU reference
+    // materialises the fp32 logits (8.6 GB), where fp64 would take minutes.
+    ValidationCase vc;
+    Problem& p = vc.problem;
+    p.family = Family::flce;
+    p.tokens = 16411;
+    p.hidden = 64;
+    p.vocab = 131072;
+    p.dtype = DType::bf16;
+    vc.spec.seed = s++;
+    vc.config.block_size = 2048;
+    vc.config.threads = 256;
+    vc.config.v_chunk = 0;
+    vc.config.row_chunk = p.tokens;
+    vc.name = "flce/bf16/N·V>2^31/one-tile";
+    out.push_back(vc);
+  }
   return out;
 }
 
@@ -225,6 +344,8 @@ void to_json(nlohmann::json& j, const CaseResult& r) {
                      {"problem", r.vcase.problem},
                      {"config", r.vcase.config},
                      {"seed", r.vcase.spec.seed},
+                     {"truth", r.truth},
+                     {"reference_check", r.reference_check},
                      {"pass", r.pass},
                      {"deterministic", r.deterministic},
                      {"error", r.error},

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -45,8 +46,22 @@ struct ValidationCase {
   CaseSpec spec;
 };
 
+// Which reference is the truth. fp64 (CPU) is exact but costs N·V·H multiply-adds
+// in double; the GPU reference (kernels/reference/gpu.hpp, fp32) judges shapes
+// beyond that. automatic picks the GPU reference when a GPU is present and the
+// fp64 reference would do more than kFp64Budget operations.
+enum class Truth { automatic, fp64, gpu };
+inline constexpr double kFp64Budget = 0x1p33;  // about two seconds on 16 cores
+double fp64_cost(const Problem& p);
+std::string_view to_string(Truth t);
+Truth parse_truth(std::string_view s);  // "auto", "fp64", "gpu"; Error(usage) otherwise
+
 struct CaseResult {
   ValidationCase vcase;
+  std::string truth;  // "fp64" or "gpu-fp32": what the outputs were judged against
+  // With the GPU reference: its own check against fp64 at a small shape with the
+  // same options (empty when it was not needed, or "pass").
+  std::string reference_check;
   std::vector<OutputVerdict> outputs;
   bool deterministic = true;
   bool pass = false;
@@ -55,12 +70,19 @@ struct CaseResult {
 };
 
 // Runs the backend twice (determinism) and judges each output.
-CaseResult validate_case(Backend& backend, const ValidationCase& vc);
+CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth truth = Truth::automatic);
+
+// The GPU reference against fp64 at a small shape with p's options: every output
+// within fp32 accuracy. Empty string on pass, else the reason. validate runs it
+// before trusting the GPU reference with a shape fp64 cannot reach.
+std::string check_gpu_reference(const Problem& p, const CaseSpec& spec, int ordinal);
 
 // The default matrix: each family × dtype × option set, shapes that do not
 // divide by the block and chunk sizes, one and two passes, a single token, all
-// tokens ignored, targets 0 and V−1, large logits, combined options.
-std::vector<ValidationCase> default_matrix(uint64_t seed);
+// tokens ignored, targets 0 and V−1, large logits, combined options. With
+// gpu_cases, also a flce case whose one tile holds N·V > 2^31 logits (64-bit
+// indexing), judged against the GPU reference: too large for the CPU backend.
+std::vector<ValidationCase> default_matrix(uint64_t seed, bool gpu_cases = false);
 
 // The same config and loss options at a shape small enough for the fp64
 // reference, keeping the code paths the config takes at the full shape: one pass

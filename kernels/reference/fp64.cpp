@@ -62,12 +62,7 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
 RefOutputs run(const Problem& p, const HostCase& c, bool emulate) {
   p.validate();
   const int64_t N = p.tokens, V = p.vocab, H = p.hidden;
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t t = c.targets[static_cast<size_t>(i)];
-    if (t != p.loss.ignore_index && (t < 0 || t >= V))
-      fail_usage("target " + std::to_string(t) + " at token " + std::to_string(i) +
-                 " is outside [0, V) and is not ignore_index");
-  }
+  check_targets(p, c);
   const bool bwd = p.mode == Mode::forward_backward;
   RefOutputs r;
   r.token_loss.assign(static_cast<size_t>(N), 0.0);

@@ -1,4 +1,5 @@
-// celtune validate: run kernels against the fp64 reference and judge each output.
+// celtune validate: run kernels against the references (fp64 on the CPU, or the
+// cuBLAS+softmax GPU reference for large shapes) and judge each output.
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "output.hpp"
 #include "problem_args.hpp"
 #include "db/store.hpp"
+#include "kernels/reference/gpu.hpp"
 #include "kernels/space.hpp"
 #include "validate/validate.hpp"
 
@@ -23,6 +25,7 @@ struct ValidateArgs {
   bool json = false;
   int64_t seed = -1;
   std::string config;
+  std::string reference = "auto";
   bool verbose = false;
   ProblemArgs problem;
 };
@@ -44,6 +47,7 @@ std::string worst_summary(const CaseResult& r) {
 void print_details(const CaseResult& r, bool all_outputs) {
   std::cout << (r.pass ? "\npass " : "\nFAIL ") << r.vcase.name << "  seed " << r.vcase.spec.seed << "\n  problem " << r.vcase.problem.key()
             << "\n  config  " << to_string(r.vcase.config) << '\n';
+  if (!r.truth.empty()) std::cout << "  truth   " << r.truth << (r.reference_check.empty() ? "" : " (its check against fp64: " + r.reference_check + ")") << '\n';
   if (!r.error.empty()) std::cout << "  error: " << r.error << '\n';
   if (!r.deterministic) std::cout << "  two runs on the same inputs differ bitwise\n";
   for (const auto& o : r.outputs) {
@@ -63,7 +67,7 @@ Action register_validate(CLI::App& app) {
   auto a = std::make_shared<ValidateArgs>();
   auto* sub = app.add_subcommand(
       "validate",
-      "Check kernels against the fp64 reference: each output (loss, per-token loss, LSE, dZ/dX/dW/db) must be no "
+      "Check kernels against the fp64 reference (or, for large shapes, the cuBLAS+softmax GPU reference): each output (loss, per-token loss, LSE, dZ/dX/dW/db) must be no "
       "worse than the unfused low-precision path plus a stated margin. With no problem flags, runs the default case "
       "matrix (every option and dtype, odd shapes, one and two passes, edge targets, large logits).");
   sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
@@ -71,6 +75,11 @@ Action register_validate(CLI::App& app) {
   sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)");
   sub->add_option("--config", a->config, "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}'");
   sub->add_flag("--verbose", a->verbose, "Print per-output details for passing cases too");
+  sub->add_option("--reference", a->reference,
+                  "The truth: fp64 (CPU, exact, N·V·H work), gpu (cuBLASLt fp32 GEMMs + a plain three-pass fp32 "
+                  "softmax, itself first checked against fp64 at a small shape), or auto: gpu when a GPU is present "
+                  "and fp64 would exceed ~8.6e9 operations")
+      ->check(CLI::IsMember({"auto", "fp64", "gpu"}));
   sub->add_flag("--all-configs", a->all_configs,
                 "Every config of the family's search space for the problem, each checked at a reduced shape that "
                 "keeps its code paths (one or two passes, one or several row chunks)");
@@ -127,7 +136,7 @@ Action register_validate(CLI::App& app) {
       }
     } else {
       if (!a->config.empty()) fail_usage("--config needs a problem (--shape, --tokens/--hidden/--vocab or --model)");
-      cases = default_matrix(seed);
+      cases = default_matrix(seed, dev.id != "cpu");
     }
     std::string why_device = a->device.empty()
                                  ? (dev.id == "cpu" ? " (default: no CUDA GPU found, using the CPU backend)"
@@ -138,13 +147,16 @@ Action register_validate(CLI::App& app) {
 
     std::vector<CaseResult> results;
     int failed = 0;
-    Table t({"case", "config", "result", "det", "worst output (rel L2 vs truth)", "s"});
+    const Truth truth = parse_truth(a->reference);
+    if (truth == Truth::gpu && !reference::gpu_reference_available())
+      fail_env("--reference gpu needs a CUDA GPU and a build with CUDA; use fp64 or auto");
+    Table t({"case", "config", "result", "det", "truth", "worst output (rel L2 vs truth)", "s"});
     for (const auto& vc : cases) {
-      results.push_back(validate_case(*backend, vc));
+      results.push_back(validate_case(*backend, vc, truth));
       const auto& r = results.back();
       failed += !r.pass;
       t.add({vc.name, to_string(vc.config), r.pass ? "pass" : "FAIL", r.deterministic ? "yes" : "NO",
-             worst_summary(r), fmt("%.2f", r.seconds)});
+             r.truth.empty() ? "-" : r.truth, worst_summary(r), fmt("%.2f", r.seconds)});
     }
     if (a->json) {
       nlohmann::json j{{"device", dev},

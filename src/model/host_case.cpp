@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "error.hpp"
 #include "numerics.hpp"
 
 namespace celtune {
@@ -73,6 +74,15 @@ double token_grad_scale(const Problem& p, const HostCase& c, int64_t i) {
     case Reduction::none: return c.grad_tokens[static_cast<size_t>(i)];
   }
   return 0.0;
+}
+
+void check_targets(const Problem& p, const HostCase& c) {
+  for (int64_t i = 0; i < p.tokens; ++i) {
+    const int64_t t = c.targets[static_cast<size_t>(i)];
+    if (t != p.loss.ignore_index && (t < 0 || t >= p.vocab))
+      fail_usage("target " + std::to_string(t) + " at token " + std::to_string(i) +
+                 " is outside [0, V) and is not ignore_index");
+  }
 }
 
 }  // namespace celtune

@@ -55,6 +55,10 @@ struct RefOutputs {
 // The per-token scale c_i of flce-math.md (0 for ignored tokens).
 double token_grad_scale(const Problem& p, const HostCase& c, int64_t i);
 
+// Throws Error(usage) naming the first target outside [0, V) that is not
+// ignore_index: the references refuse such a case as the kernels do.
+void check_targets(const Problem& p, const HostCase& c);
+
 // A small, fast, portable generator so a printed seed replays the same inputs on
 // any platform (std:: distributions are implementation-defined).
 class Rng {

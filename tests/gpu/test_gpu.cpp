@@ -1,4 +1,5 @@
-// GPU suite: both CUDA families against the fp64 reference on small shapes.
+// GPU suite: both CUDA families against the fp64 reference on small shapes, and
+// against the cuBLAS+softmax GPU reference (itself checked against fp64) on large ones.
 // Exits 77 (meson's "skipped") where there is no CUDA device.
 //
 // Method (METHOD.md): the backend poisons every output with NaN before each run,
@@ -33,7 +34,7 @@ uint64_t next_seed() {
   return ++s;
 }
 
-void expect_pass(const ValidationCase& vc) {
+CaseResult expect_pass(const ValidationCase& vc) {
   const CaseResult r = validate_case(*gpu(), vc);
   CAPTURE(vc.name);
   CAPTURE(vc.problem.key());
@@ -49,6 +50,7 @@ void expect_pass(const ValidationCase& vc) {
     CAPTURE(o.baseline.rel_l2);
     CHECK(o.pass);
   }
+  return r;
 }
 }  // namespace
 
@@ -150,6 +152,39 @@ TEST_CASE("ce with N·V beyond 2^31 (64-bit indexing): rows past the 2^31st elem
   double total = 0;
   for (float l : out.token_loss) total += l;
   CHECK(out.loss == doctest::Approx(total).epsilon(1e-4));
+}
+
+TEST_CASE("the GPU reference agrees with fp64 to fp32 accuracy for every option of the default matrix") {
+  // validate trusts the GPU reference where fp64 cannot go; here it earns that
+  // trust on every family, dtype and option set at the matrix's odd shapes.
+  for (const auto& vc : default_matrix(next_seed())) {
+    CAPTURE(vc.name);
+    CHECK(check_gpu_reference(vc.problem, vc.spec, 0) == "");
+  }
+}
+
+TEST_CASE("N·V > 2^31 in one flce tile, judged against the GPU reference in every output") {
+  // The default matrix's 64-bit case: validate on a GPU adds it; run it here too.
+  const auto cases = default_matrix(next_seed(), true);
+  REQUIRE(cases.back().problem.tokens * cases.back().problem.vocab > int64_t{INT32_MAX});
+  const CaseResult r = expect_pass(cases.back());
+  CHECK(r.truth == "gpu-fp32");
+}
+
+TEST_CASE("[large] a Llama-3-8B-sized shape under the default config, judged by the GPU reference") {
+  // fp64 would need ~3e12 multiply-adds here, so automatic picks the GPU
+  // reference (after checking it against fp64 at a small shape).
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::flce, p.tokens = 1024, p.hidden = 4096, p.vocab = 128256, p.dtype = DType::bf16;
+  p.loss.label_smoothing = 0.1;
+  REQUIRE(fp64_cost(p) > kFp64Budget);
+  vc.config = default_config(p);
+  vc.spec.seed = next_seed();
+  vc.name = "llama3-8b N=1024";
+  const CaseResult r = expect_pass(vc);
+  CHECK(r.truth == "gpu-fp32");
+  CHECK(r.reference_check == "pass");
 }
 
 TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang") {

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/reference/fp64.hpp"
+#include "kernels/reference/gpu.hpp"
 #include "model/error.hpp"
 #include "validate/validate.hpp"
 
@@ -92,4 +93,34 @@ TEST_CASE("NaN in the inputs gives a NaN loss, no crash") {
   CHECK(std::isnan(out.loss));
   CHECK(std::isnan(out.lse[1]));
   CHECK(std::isfinite(out.lse[0]));
+}
+
+TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, never a silent substitute") {
+  auto backend = cpu::make_backend();
+  const auto small = default_matrix(11);
+  for (const auto& vc : small) CHECK(fp64_cost(vc.problem) < kFp64Budget);
+  Problem llama;
+  llama.family = Family::flce, llama.tokens = 4096, llama.hidden = 4096, llama.vocab = 128256;
+  CHECK(fp64_cost(llama) > kFp64Budget);
+
+  // The GPU-only 64-bit case: one tile of N·V > 2^31 logits.
+  const auto with_gpu = default_matrix(11, true);
+  REQUIRE(with_gpu.size() == small.size() + 1);
+  const ValidationCase& big = with_gpu.back();
+  CHECK(big.problem.tokens * big.problem.vocab > int64_t{INT32_MAX});
+  CHECK(big.config.row_chunk == big.problem.tokens);
+  CHECK(big.config.v_chunk_for(big.problem) == big.problem.vocab);
+
+  CHECK(parse_truth("gpu") == Truth::gpu);
+  CHECK(parse_truth("auto") == Truth::automatic);
+  CHECK_THROWS_AS(parse_truth("fp32"), Error);
+
+  const CaseResult r = validate_case(*backend, small.front());
+  CHECK(r.truth == "fp64");
+  CHECK(r.reference_check == "");
+  if (!reference::gpu_reference_available()) {
+    const CaseResult g = validate_case(*backend, small.front(), Truth::gpu);
+    CHECK_FALSE(g.pass);
+    CHECK(g.error.find("GPU reference") != std::string::npos);
+  }
 }

@@ -11,6 +11,16 @@
 
 namespace celtune {
 
+bool Backend::supports(const Problem& p, const KernelConfig& c, std::string* why) const {
+  try {
+    check(p, c);
+    return true;
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+}
+
 bool cuda_built() {
 #ifdef CELTUNE_HAVE_CUDA
   return true;

@@ -46,6 +46,16 @@ class Backend {
   // Throws Error(usage) with the reason if this backend cannot run the config for
   // the problem (beyond validate_config: its compiled table, alignment, limits).
   virtual void check(const Problem& p, const KernelConfig& c) const = 0;
+  // check() as a predicate, the reason in *why: what search spaces filter with.
+  bool supports(const Problem& p, const KernelConfig& c, std::string* why = nullptr) const;
+
+  // The cuBLASLt algorithms each GEMM role (logits, dX, dW) of a config could
+  // take: the heuristic's first k at the config's full-chunk shapes, serialised,
+  // [0] being what an empty gemm_algos runs. Empty where there are no GEMMs (the
+  // CPU backend, the ce family); the tuner then has nothing to choose.
+  virtual std::vector<std::vector<std::string>> gemm_candidates(const Problem&, const KernelConfig&, int /*k*/) {
+    return {};
+  }
 
   // Device scratch a config needs beyond inputs and outputs (the tuner's budget).
   virtual size_t scratch_bytes(const Problem& p, const KernelConfig& c) const = 0;

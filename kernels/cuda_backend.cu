@@ -271,6 +271,10 @@ class CudaBackend : public Backend {
     return nvml.sm_clock(ordinal_);
   }
   void check(const Problem& p, const KernelConfig& c) const override { check_supported(p, c); }
+  std::vector<std::vector<std::string>> gemm_candidates(const Problem& p, const KernelConfig& c, int k) override {
+    check_supported(p, c);
+    return cuda::gemm_candidates(ctx_, p, c, k);
+  }
   size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override { return cuda::scratch_bytes(p, c); }
 
   HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) override {

@@ -43,13 +43,7 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   limits.max_scratch = o.max_scratch;
   limits.scratch_bytes = [&](const Problem& q, const KernelConfig& c) { return backend.scratch_bytes(q, c); };
   limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
-    try {
-      backend.check(q, c);
-      return true;
-    } catch (const Error& e) {
-      if (why) *why = e.what();
-      return false;
-    }
+    return backend.supports(q, c, why);
   };
   const auto cands = enumerate(space, p, limits);
   res.candidates = cands.size();
@@ -135,18 +129,49 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   run_strategy(o.strategy, space, cands, eval, prog.total, start < cands.size() ? start : 0, o.seed);
   res.evaluated = seen.size();
 
+  std::vector<std::pair<double, KernelConfig>> ranked;  // every config that passed, by median
+  for (const auto& [i, m] : seen)
+    if (m.ok) ranked.push_back({m.stats.median_ms, cands[i].config});
+  if (ranked.empty()) throw Error(Status::failure, "every candidate for " + p.key() + " failed the correctness gate");
+  auto by_time = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::sort(ranked.begin(), ranked.end(), by_time);
+
+  // cuBLASLt algorithms (flce): from the search's best config, each GEMM role in
+  // turn tries the heuristic's other top-k candidates with the other roles held
+  // (coordinate descent over the roles). A candidate replaces the current choice
+  // only when more than 1% faster: below that, pinning an algorithm, and with it
+  // the cuBLASLt version the config is valid for, buys nothing measurable. The
+  // winners join the interleaved finalists like any config.
+  if (o.gemm_algos > 1) {
+    const auto options = backend.gemm_candidates(p, ranked.front().second, o.gemm_algos);
+    KernelConfig cur = ranked.front().second;
+    double cur_ms = ranked.front().first;
+    cur.gemm_algos_cublaslt = dev.cublaslt_version;
+    for (const auto& role : options) cur.gemm_algos.push_back(role.empty() ? std::string() : role.front());
+    for (size_t r = 0; r < options.size(); ++r) prog.total += options[r].size() > 1 ? options[r].size() - 1 : 0;
+    for (size_t r = 0; r < options.size(); ++r)
+      for (size_t k = 1; k < options[r].size(); ++k) {
+        KernelConfig t = cur;
+        t.gemm_algos[r] = options[r][k];
+        const Measured m = measure(t);
+        ++res.algo_evaluated, ++prog.done;
+        if (m.ok) {
+          ranked.push_back({m.stats.median_ms, t});
+          if (m.stats.median_ms < prog.best_ms) prog.best_ms = m.stats.median_ms, prog.best = to_string(t);
+          if (m.stats.median_ms < 0.99 * cur_ms) cur = t, cur_ms = m.stats.median_ms;
+        }
+        if (progress) progress(prog);
+      }
+    std::stable_sort(ranked.begin(), ranked.end(), by_time);
+  }
+
   // Finalists: the three fastest and the built-in default (when it is within the
   // limits), re-measured interleaved (round-robin), so slow drift of clocks or
   // temperature touches them alike and the stored best is never slower than the
   // default in the same measurement.
-  std::vector<std::pair<double, size_t>> ranked;
-  for (const auto& [i, m] : seen)
-    if (m.ok) ranked.push_back({m.stats.median_ms, i});
-  if (ranked.empty()) throw Error(Status::failure, "every candidate for " + p.key() + " failed the correctness gate");
-  std::sort(ranked.begin(), ranked.end());
   ranked.resize(std::min<size_t>(ranked.size(), 3));
   std::vector<KernelConfig> finalists;
-  for (const auto& r : ranked) finalists.push_back(cands[r.second].config);
+  for (const auto& r : ranked) finalists.push_back(r.second);
   // The default always joins the interleaved round (in the grid or not), so the
   // speedup compares numbers taken side by side. It may also win, if it is within
   // the limits and passes the gate like every candidate.

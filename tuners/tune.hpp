@@ -22,6 +22,9 @@ struct TuneOptions {
   bool force = false;  // re-measure even when the database holds a measurement
   TimingPlan plan;
   uint64_t seed = 1;
+  // cuBLASLt candidates per GEMM role tried after the search (the heuristic's
+  // first k); 0 or 1 keeps the heuristic's choice and the config version-free.
+  int gemm_algos = 4;
 };
 
 struct TuneProgress {
@@ -36,6 +39,7 @@ struct TuneResult {
   db::Stats stats;
   double default_ms = 0, speedup = 0;
   size_t candidates = 0, evaluated = 0, reused = 0, failed = 0;
+  size_t algo_evaluated = 0;  // configs with tuned cuBLASLt algorithms measured
   double seconds = 0;
 };
 

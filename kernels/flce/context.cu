@@ -1,5 +1,6 @@
 #include "context.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -16,12 +17,7 @@ Context::Context(int device) : device_(device) {
 }
 
 Context::~Context() {
-  for (auto& [k, p] : plans_) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.d);
-    cublasLtMatmulDescDestroy(p.op);
-  }
+  for (auto& [k, p] : plans_) release(p);
   cudaFree(scratch_);
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
@@ -37,46 +33,126 @@ void* Context::scratch(size_t bytes) {
   return scratch_;
 }
 
-const Context::Plan& Context::plan(const GemmShape& s) {
-  if (auto it = plans_.find(s); it != plans_.end()) return it->second;
+std::string serialise_algo(const cublasLtMatmulAlgo_t& a) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&a);
+  std::string out;
+  for (size_t i = 0; i < sizeof a; ++i) out += kHex[bytes[i] >> 4], out += kHex[bytes[i] & 15];
+  return out;
+}
+
+bool parse_algo(const std::string& text, cublasLtMatmulAlgo_t* out) {
+  if (text.size() != 2 * sizeof(cublasLtMatmulAlgo_t)) return false;
+  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  auto* bytes = reinterpret_cast<unsigned char*>(out);
+  for (size_t i = 0; i < sizeof *out; ++i) {
+    const int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    bytes[i] = static_cast<unsigned char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+Context::Plan Context::describe(const GemmShape& s) {
   Plan p;
-  CELTUNE_CUBLAS(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, s.ab_type, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda));
-  CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, s.ab_type, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb));
-  CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.d, s.d_type, s.m, s.n, s.ldd));
+  try {
+    CELTUNE_CUBLAS(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CELTUNE_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.a, s.ab_type, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda));
+    CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.b, s.ab_type, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb));
+    CELTUNE_CUBLAS(cublasLtMatrixLayoutCreate(&p.d, s.d_type, s.m, s.n, s.ldd));
+  } catch (...) {
+    release(p);
+    throw;
+  }
+  return p;
+}
+
+void Context::release(Plan& p) {
+  cublasLtMatrixLayoutDestroy(p.a);
+  cublasLtMatrixLayoutDestroy(p.b);
+  cublasLtMatrixLayoutDestroy(p.d);
+  cublasLtMatmulDescDestroy(p.op);
+  p = Plan{};
+}
+
+std::vector<Context::Algo> Context::heuristic(const Plan& p, int k, cublasStatus_t* status) {
   cublasLtMatmulPreference_t pref = nullptr;
-  CELTUNE_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  *status = cublasLtMatmulPreferenceCreate(&pref);
+  if (*status != CUBLAS_STATUS_SUCCESS) return {};
   const size_t ws = kWorkspaceBytes;
   // Our chunk pointers are 16-byte aligned (H and v_chunk multiples of 8), not
-  // 256: tell the heuristic, so it picks an algorithm valid for every chunk.
+  // 256: tell the heuristic, so it picks algorithms valid for every chunk.
   const uint32_t align = 16;
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kMax = 32;
+  cublasLtMatmulHeuristicResult_t results[kMax] = {};
+  k = std::clamp(k, 1, kMax);
   int found = 0;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, k, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cublasLtMatrixLayoutDestroy(p.a);
-    cublasLtMatrixLayoutDestroy(p.b);
-    cublasLtMatrixLayoutDestroy(p.d);
-    cublasLtMatmulDescDestroy(p.op);
-    throw Error(Status::environment, "cuBLASLt has no algorithm for GEMM m=" + std::to_string(s.m) +
-                                         " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
-                                         " (status " + std::to_string(static_cast<int>(st)) + ")");
-  }
-  p.algo = result.algo;
-  return plans_.emplace(s, p).first->second;
+  *status = st;
+  std::vector<Algo> out;
+  for (int i = 0; i < found && st == CUBLAS_STATUS_SUCCESS; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) out.push_back(Algo{results[i].algo});
+  return out;
 }
 
-void Context::gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st) {
-  const Plan& p = plan(s);
+std::vector<std::string> Context::heuristic_algos(const GemmShape& s, int k) {
+  Plan p = describe(s);
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const auto algos = heuristic(p, k, &st);
+  release(p);
+  std::vector<std::string> out;
+  for (const auto& a : algos) out.push_back(serialise_algo(a.algo));
+  return out;
+}
+
+const Context::Plan& Context::plan(const GemmShape& s, const std::string& algo) {
+  if (auto it = plans_.find(PlanKey{s, algo}); it != plans_.end()) return it->second;
+  Plan p = describe(s);
+  bool have = false;
+  if (!algo.empty()) {
+    cublasLtMatmulAlgo_t tuned{};
+    if (!parse_algo(algo, &tuned)) {
+      release(p);
+      fail_usage("gemm_algos entry is not a serialised cuBLASLt algorithm (128 hex digits)");
+    }
+    // The tuned algorithm was chosen for the full-chunk shape; cuBLASLt decides
+    // whether it also serves this one (and within our workspace).
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.d, p.d, &tuned, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= kWorkspaceBytes) {
+      p.algo = tuned;
+      have = true;
+    } else {
+      ++algo_fallbacks_;
+    }
+  }
+  if (!have) {
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    const auto algos = heuristic(p, 1, &st);
+    if (algos.empty()) {
+      release(p);
+      throw Error(Status::environment, "cuBLASLt has no algorithm for GEMM m=" + std::to_string(s.m) +
+                                           " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+                                           " (status " + std::to_string(static_cast<int>(st)) + ")");
+    }
+    p.algo = algos.front().algo;
+  }
+  return plans_.emplace(PlanKey{s, algo}, p).first->second;
+}
+
+void Context::gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st,
+                   const std::string* algo) {
+  static const std::string kHeuristic;
+  const Plan& p = plan(s, algo ? *algo : kHeuristic);
   const float alpha = 1.0f;
   CELTUNE_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, workspace_,
                                 kWorkspaceBytes, st));

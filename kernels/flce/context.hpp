@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace celtune::cuda {
 
@@ -22,6 +24,12 @@ struct GemmShape {
   bool operator<(const GemmShape& o) const { return tie() < o.tie(); }
 };
 
+// cuBLASLt algorithms travel as text: the 64 bytes of cublasLtMatmulAlgo_t in
+// hex. The struct is opaque and only meaningful to the cuBLASLt version that
+// produced it, which the config records beside it (gemm_algos_cublaslt).
+std::string serialise_algo(const cublasLtMatmulAlgo_t& a);
+bool parse_algo(const std::string& text, cublasLtMatmulAlgo_t* out);  // false: not 128 hex digits
+
 class Context {
  public:
   explicit Context(int device);
@@ -30,8 +38,18 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   int device() const { return device_; }
-  // D = op(A)·op(B) + beta·D, fp32 accumulation.
-  void gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st);
+  // D = op(A)·op(B) + beta·D, fp32 accumulation. `algo`: a serialised cuBLASLt
+  // algorithm (a tuned config's gemm_algos entry), or null/empty for the
+  // heuristic's first choice. A tuned algorithm is found for the config's
+  // full-chunk shape; where cuBLASLt's check rejects it for another shape (the
+  // ragged last chunk), that shape takes the heuristic's choice instead.
+  void gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st,
+            const std::string* algo = nullptr);
+  // The heuristic's first k algorithms for a shape, serialised; [0] is what a
+  // null `algo` runs. The tuner's candidates for each GEMM role.
+  std::vector<std::string> heuristic_algos(const GemmShape& s, int k);
+  // Shapes that fell back from a tuned algorithm to the heuristic (diagnostics).
+  int64_t algo_fallbacks() const { return algo_fallbacks_; }
   // CELTUNE_POISON_SCRATCH=1: fill scratch with NaN before every call, so a read
   // of scratch nothing wrote shows up as NaN in the outputs (the gpu suite sets it).
   bool poison_scratch() const { return poison_scratch_; }
@@ -45,7 +63,17 @@ class Context {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Plan& plan(const GemmShape& s);
+  // Descriptors for a shape (destroyed by release() or the destructor).
+  Plan describe(const GemmShape& s);
+  static void release(Plan& p);
+  // The heuristic's first k results for a described shape (fewer when it has
+  // fewer). Named wrapper: nvcc's front end fails on std::vector of cuBLASLt's
+  // anonymous typedef'd structs.
+  struct Algo {
+    cublasLtMatmulAlgo_t algo;
+  };
+  std::vector<Algo> heuristic(const Plan& p, int k, cublasStatus_t* status);
+  const Plan& plan(const GemmShape& s, const std::string& algo);
 
   int device_;
   bool poison_scratch_ = false;
@@ -53,7 +81,13 @@ class Context {
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  std::map<GemmShape, Plan> plans_;
+  struct PlanKey {
+    GemmShape shape;
+    std::string algo;
+    bool operator<(const PlanKey& o) const { return shape < o.shape || (!(o.shape < shape) && algo < o.algo); }
+  };
+  std::map<PlanKey, Plan> plans_;
+  int64_t algo_fallbacks_ = 0;
 };
 
 }  // namespace celtune::cuda

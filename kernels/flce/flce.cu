@@ -102,6 +102,21 @@ RowState row_state(char* base, const Layout& L) {
   return {s, s + L.N, s + 2 * L.N, s + 3 * L.N};
 }
 
+// The three GEMMs of a [rows, cols] tile in cuBLASLt's column-major terms.
+//   logits: col-major tileᵀ[cols, rows] = W[C] (H×cols, transposed) · X[R] (H×rows)
+//   dX:     col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
+//   dW:     col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
+// dX and dW are written in fp32 when they accumulate in scratch (Layout).
+GemmShape gemm_shape(GemmRole role, const Problem& p, const Layout& L, int64_t rows, int64_t cols) {
+  const cudaDataType_t ty = cuda_type(p.dtype);
+  switch (role) {
+    case GemmRole::logits: return {ty, ty, true, false, cols, rows, L.H, L.H, L.H, L.ld_vc};
+    case GemmRole::dx: return {ty, L.dx_acc ? CUDA_R_32F : ty, false, false, L.H, rows, cols, L.H, L.ld_vc, L.H};
+    case GemmRole::dw: return {ty, L.dw_acc ? CUDA_R_32F : ty, false, true, L.H, cols, rows, L.H, L.ld_vc, L.H};
+  }
+  return {};
+}
+
 void check_args(const Problem& p, const Args& a) {
   auto need = [](const void* ptr, const char* what) {
     if (!ptr) fail_usage(std::string("null device pointer: ") + what);
@@ -130,7 +145,18 @@ void check_supported(const Problem& p, const KernelConfig& c) {
   if (!ce_launch_supported(CeLaunch{c.block_size, c.threads}, p.dtype, &why))
     fail_usage(std::string("config ") + to_string(c) + ": " + why);
   if (c.rows_per_block != 1) fail_usage("the CUDA ce kernels take rows_per_block = 1");
-  if (!c.gemm_algos.empty()) fail_usage("tuned cuBLASLt algorithms are not supported yet");
+  if (!c.gemm_algos.empty()) {
+    // A serialised algorithm is only meaningful to the cuBLASLt that made it.
+    const auto running = static_cast<int64_t>(cublasLtGetVersion());
+    if (c.gemm_algos_cublaslt != running)
+      fail_usage("config " + to_string(c) + ": its cuBLASLt algorithms were tuned with cuBLASLt " +
+                 std::to_string(c.gemm_algos_cublaslt) + ", this process runs " + std::to_string(running) +
+                 "; re-tune, or drop gemm_algos to use the heuristic's choices");
+    cublasLtMatmulAlgo_t a{};
+    for (const auto& text : c.gemm_algos)
+      if (!text.empty() && !parse_algo(text, &a))
+        fail_usage("config " + to_string(c) + ": a gemm_algos entry is not a serialised cuBLASLt algorithm");
+  }
   if (p.family == Family::flce) {
     const int64_t align = p.dtype == DType::fp32 ? 4 : 8;
     if (p.hidden % align)
@@ -139,6 +165,20 @@ void check_supported(const Problem& p, const KernelConfig& c) {
     if (c.v_chunk_for(p) < p.vocab && c.v_chunk_for(p) % 8)
       fail_usage("v_chunk " + std::to_string(c.v_chunk) + " must be a multiple of 8 when smaller than V");
   }
+}
+
+std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Problem& p, const KernelConfig& c, int k) {
+  if (p.family != Family::flce) return {};
+  const Layout L(p, c);
+  std::vector<std::vector<std::string>> out;
+  for (GemmRole r : {GemmRole::logits, GemmRole::dx, GemmRole::dw}) {
+    if (r != GemmRole::logits && !L.bwd) {
+      out.push_back({});  // forward runs no gradient GEMMs
+      continue;
+    }
+    out.push_back(ctx.heuristic_algos(gemm_shape(r, p, L, L.rc, L.vc), k));
+  }
+  return out;
 }
 
 size_t scratch_bytes(const Problem& p, const KernelConfig& c) {
@@ -160,33 +200,34 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   float* dx_acc = reinterpret_cast<float*>(base + L.dx);
   float* dw_acc = reinterpret_cast<float*>(base + L.dw);
   float* db_acc = reinterpret_cast<float*>(base + L.db);
-  const cudaDataType_t ty = cuda_type(p.dtype);
   const int64_t H = L.H, bytes = dtype_bytes(p.dtype);
   auto at = [](const void* ptr, int64_t elems, int64_t elem_bytes) {
     return static_cast<const char*>(ptr) + elems * elem_bytes;
   };
   auto at_mut = [](void* ptr, int64_t elems, int64_t elem_bytes) { return static_cast<char*>(ptr) + elems * elem_bytes; };
+  // Tuned cuBLASLt algorithms per GEMM role, or null for the heuristic's.
+  auto algo = [&](GemmRole r) { return c.gemm_algos.empty() ? nullptr : &c.gemm_algos[static_cast<size_t>(r)]; };
 
   count_targets(lp, L.N, n_valid, bad, st);
   if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
 
   // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ. The bias joins in the CE kernels (LossParams::bias).
   auto logits = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
-    const GemmShape s{ty, ty, true, false, cols, rows, H, H, H, L.ld_vc};
-    ctx.gemm(s, at(a.w, v0 * H, bytes), at(a.x, r0 * H, bytes), tile, 0.0f, st);
+    ctx.gemm(gemm_shape(GemmRole::logits, p, L, rows, cols), at(a.w, v0 * H, bytes), at(a.x, r0 * H, bytes), tile,
+             0.0f, st, algo(GemmRole::logits));
   };
   // GEMMs 2 and 3 and db, from a dZ tile.
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     const bool first_v = v0 == 0, first_r = r0 == 0;
     {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
       void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
-      const GemmShape s{ty, L.dx_acc ? CUDA_R_32F : ty, false, false, H, rows, cols, H, L.ld_vc, H};
-      ctx.gemm(s, at(a.w, v0 * H, bytes), tile, d, first_v ? 0.0f : 1.0f, st);
+      ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, cols), at(a.w, v0 * H, bytes), tile, d, first_v ? 0.0f : 1.0f, st,
+               algo(GemmRole::dx));
     }
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
-      const GemmShape s{ty, L.dw_acc ? CUDA_R_32F : ty, false, true, H, cols, rows, H, L.ld_vc, H};
-      ctx.gemm(s, at(a.x, r0 * H, bytes), tile, d, first_r ? 0.0f : 1.0f, st);
+      ctx.gemm(gemm_shape(GemmRole::dw, p, L, rows, cols), at(a.x, r0 * H, bytes), tile, d, first_r ? 0.0f : 1.0f, st,
+               algo(GemmRole::dw));
     }
     if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);
   };

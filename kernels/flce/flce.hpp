@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "context.hpp"
 #include "model/config.hpp"
@@ -32,6 +34,14 @@ struct Args {
   void* dz = nullptr;           // [N,V]  ce (may equal logits: in place)
   int64_t* bad_target = nullptr;  // device scalar: first token with a target outside [0,V), or −1
 };
+
+// The flce GEMMs, in the order of KernelConfig::gemm_algos.
+enum class GemmRole { logits = 0, dx = 1, dw = 2 };
+
+// Per role, the heuristic's first k cuBLASLt algorithms at the config's
+// full-chunk shape, serialised (the tuner's candidates); a role the mode does not
+// run gets none. Empty for the ce family, which runs no GEMM.
+std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Problem& p, const KernelConfig& c, int k);
 
 // Throws Error(usage) if the CUDA kernels cannot run this config for this problem.
 void check_supported(const Problem& p, const KernelConfig& c);

@@ -37,14 +37,7 @@ Action register_lookup(CLI::App& app) {
     const auto problems = build_problems(a->problem);
     auto backend = open_backend(a->device);
     const DeviceInfo dev = backend->device();
-    auto check = [&](const Problem& p, const KernelConfig& c) {
-      try {
-        backend->check(p, c);
-        return true;
-      } catch (const Error&) {
-        return false;
-      }
-    };
+    auto check = [&](const Problem& p, const KernelConfig& c) { return backend->supports(p, c); };
     runtime::Resolver resolver(runtime::find_database(a->db), dev, kKernelSourceHash, std::cerr, check);
     nlohmann::json out = nlohmann::json::array();
     for (const Problem& p : problems) {

@@ -28,6 +28,7 @@ struct TuneArgs {
   bool force = false, json = false;
   int64_t seed = 1;
   int min_runs = 5, max_runs = 40;
+  int gemm_algos = 4;
   ProblemArgs problem;
 };
 
@@ -91,9 +92,15 @@ Action register_tune(CLI::App& app) {
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
   sub->add_option("--max-runs", a->max_runs, "Cap on timed runs per candidate")->check(CLI::Range(3, 10000))->capture_default_str();
+  sub->add_option("--gemm-algos", a->gemm_algos,
+                  "cuBLASLt algorithms tried per flce GEMM (the heuristic's first K) after the search; a tuned "
+                  "algorithm is stored with the cuBLASLt version and used only under it. 0 or 1: keep the heuristic's")
+      ->check(CLI::Range(0, 32))
+      ->capture_default_str();
   add_problem_options(sub, a->problem);
   return [a] {
     TuneOptions o;
+    o.gemm_algos = a->gemm_algos;
     o.strategy = a->strategy == "exhaustive" ? Strategy::exhaustive
                  : a->strategy == "random"   ? Strategy::random
                                              : Strategy::guided;
@@ -166,6 +173,7 @@ Action register_tune(CLI::App& app) {
                                         {"speedup", r.speedup},
                                         {"candidates", r.candidates},
                                         {"evaluated", r.evaluated},
+                                        {"gemm_algos_evaluated", r.algo_evaluated},
                                         {"reused", r.reused},
                                         {"failed", r.failed},
                                         {"seconds", r.seconds}}
@@ -203,7 +211,9 @@ Action register_tune(CLI::App& app) {
       for (const auto& r : results)
         t.add({r.problem.key(), to_string(r.best), fmt("%.3f", r.stats.median_ms),
                fmt("%.3f", r.stats.p20_ms) + "–" + fmt("%.3f", r.stats.p80_ms), fmt("%.3f", r.default_ms),
-               fmt("%.3fx", r.speedup), std::to_string(r.evaluated) + "/" + std::to_string(r.candidates),
+               fmt("%.3fx", r.speedup),
+               std::to_string(r.evaluated) + "/" + std::to_string(r.candidates) +
+                   (r.algo_evaluated ? " +" + std::to_string(r.algo_evaluated) + " algos" : ""),
                std::to_string(r.reused), std::to_string(r.failed), fmt("%.1f", r.seconds)});
       std::cout << "devices: ";
       for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";

@@ -109,13 +109,8 @@ Action register_validate(CLI::App& app) {
       uint64_t s = seed;
       for (const Problem& p : build_problems(a->problem)) {
         SpaceLimits limits;
-        limits.supported = [&](const Problem& q, const KernelConfig& c, std::string*) {
-          try {
-            backend->check(q, c);
-            return true;
-          } catch (const Error&) {
-            return false;
-          }
+        limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
+          return backend->supports(q, c, why);
         };
         for (const auto& cand : enumerate(space_for(p), p, limits)) {
           ValidationCase vc = reduced_case(p, cand.config, s++);

@@ -187,6 +187,40 @@ TEST_CASE("[large] a Llama-3-8B-sized shape under the default config, judged by 
   CHECK(r.reference_check == "pass");
 }
 
+TEST_CASE("tuned cuBLASLt algorithms: candidates per GEMM role, correct results, refused under another version") {
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::flce, p.tokens = 300, p.hidden = 256, p.vocab = 32003, p.dtype = DType::bf16, p.bias = true;
+  vc.config = default_config(p);
+  vc.config.v_chunk = 4096, vc.config.row_chunk = 128;  // full chunks take the tuned algorithms, ragged ones fall back
+  const auto cands = gpu()->gemm_candidates(p, vc.config, 4);
+  REQUIRE(cands.size() == 3);
+  for (const auto& role : cands) {
+    REQUIRE(!role.empty());
+    CHECK(role.front().size() == 128);
+  }
+  // The last candidate of every role (the heuristic's least preferred): still right.
+  vc.config.gemm_algos_cublaslt = gpu()->device().cublaslt_version;
+  for (const auto& role : cands) vc.config.gemm_algos.push_back(role.back());
+  vc.spec.seed = next_seed();
+  vc.name = "tuned algos";
+  expect_pass(vc);
+
+  p.mode = Mode::forward;  // forward runs only the logits GEMM
+  const auto fwd = gpu()->gemm_candidates(p, default_config(p), 4);
+  REQUIRE(fwd.size() == 3);
+  CHECK(!fwd[0].empty());
+  CHECK(fwd[1].empty());
+  p.mode = Mode::forward_backward;
+
+  KernelConfig other = vc.config;
+  other.gemm_algos_cublaslt += 1;
+  CHECK_THROWS_AS(gpu()->check(p, other), Error);
+  KernelConfig bad = vc.config;
+  bad.gemm_algos[1] = "not-an-algorithm";
+  CHECK_THROWS_AS(gpu()->check(p, bad), Error);
+}
+
 TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang") {
   Problem p;
   p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = DType::bf16;

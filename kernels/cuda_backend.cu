@@ -150,6 +150,8 @@ void run(Context& ctx, const DeviceProblem& d, const KernelConfig& c, cudaStream
 
 class CudaWorkload : public Workload {
  public:
+  // d_'s buffers are allocated on the caller's current device: the backend makes
+  // ctx's device current before constructing a workload.
   CudaWorkload(Context& ctx, const Problem& p, uint64_t seed, size_t l2_bytes) : ctx_(ctx), d_(p) {
     const auto N = p.tokens, H = p.hidden, V = p.vocab;
     if (p.family == Family::flce) {
@@ -189,6 +191,7 @@ class CudaWorkload : public Workload {
     cudaEventDestroy(stop_);
   }
   double run_timed(const KernelConfig& c) override {
+    DeviceScope on(ctx_.device());
     CELTUNE_CUDA(cudaEventRecord(start_, nullptr));
     run(ctx_, d_, c, nullptr);
     CELTUNE_CUDA(cudaEventRecord(stop_, nullptr));
@@ -198,6 +201,7 @@ class CudaWorkload : public Workload {
     return ms;
   }
   void flush_caches() override {
+    DeviceScope on(ctx_.device());
     CELTUNE_CUDA(cudaMemsetAsync(flush_.get(), static_cast<int>(++flushes_ & 0xff), flush_.bytes(), nullptr));
   }
 
@@ -273,12 +277,14 @@ class CudaBackend : public Backend {
   void check(const Problem& p, const KernelConfig& c) const override { check_supported(p, c); }
   std::vector<std::vector<std::string>> gemm_candidates(const Problem& p, const KernelConfig& c, int k) override {
     check_supported(p, c);
+    DeviceScope on(ordinal_);
     return cuda::gemm_candidates(ctx_, p, c, k);
   }
   size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override { return cuda::scratch_bytes(p, c); }
 
   HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) override {
     check_supported(p, c);
+    DeviceScope on(ordinal_);
     DeviceProblem d(p);
     if (p.family == Family::flce) {
       d.x = upload(in.x, p.dtype), d.w = upload(in.w, p.dtype);
@@ -324,10 +330,12 @@ class CudaBackend : public Backend {
 
   std::unique_ptr<Workload> prepare(const Problem& p, uint64_t seed) override {
     p.validate();
+    DeviceScope on(ordinal_);
     return std::make_unique<CudaWorkload>(ctx_, p, seed, static_cast<size_t>(l2_bytes_));
   }
 
   Floors measure_floors(const Problem& p) override {
+    DeviceScope on(ordinal_);
     Floors f;
     f.available = true;
     const int64_t N = p.tokens, H = std::max<int64_t>(p.hidden, 8), V = p.vocab;

@@ -37,3 +37,30 @@ namespace celtune::cuda {
 
 // After every kernel launch: launch-configuration errors surface here, not later.
 #define CELTUNE_LAUNCHED() CELTUNE_CUDA(cudaGetLastError())
+
+namespace celtune::cuda {
+
+// CUDA's current device belongs to the host thread. Every entry point that
+// touches a device makes its device current for the call and restores the
+// caller's after, so a backend or context made on one thread works from any
+// other (tune --devices runs one worker thread per GPU; training code calls the
+// C API from its own threads) and the caller's own choice of device survives.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    CELTUNE_CUDA(cudaGetDevice(&saved_));
+    if (saved_ != device) CELTUNE_CUDA(cudaSetDevice(device));
+    changed_ = saved_ != device;
+  }
+  ~DeviceScope() {
+    if (changed_) cudaSetDevice(saved_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int saved_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace celtune::cuda

@@ -11,16 +11,20 @@ namespace celtune::cuda {
 Context::Context(int device) : device_(device) {
   const char* poison = std::getenv("CELTUNE_POISON_SCRATCH");
   poison_scratch_ = poison && *poison && std::string(poison) != "0";
-  CELTUNE_CUDA(cudaSetDevice(device));
+  DeviceScope on(device);
   CELTUNE_CUBLAS(cublasLtCreate(&lt_));
   CELTUNE_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
 
 Context::~Context() {
+  int saved = 0;  // as DeviceScope, without throwing from a destructor
+  cudaGetDevice(&saved);
+  cudaSetDevice(device_);
   for (auto& [k, p] : plans_) release(p);
   cudaFree(scratch_);
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
+  cudaSetDevice(saved);
 }
 
 void* Context::scratch(size_t bytes) {
@@ -105,6 +109,7 @@ std::vector<Context::Algo> Context::heuristic(const Plan& p, int k, cublasStatus
 }
 
 std::vector<std::string> Context::heuristic_algos(const GemmShape& s, int k) {
+  DeviceScope on(device_);
   Plan p = describe(s);
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   const auto algos = heuristic(p, k, &st);

@@ -186,6 +186,7 @@ size_t scratch_bytes(const Problem& p, const KernelConfig& c) {
 }
 
 void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
+  DeviceScope on(ctx.device());
   check_supported(p, c);
   check_args(p, a);
   const Layout L(p, c);
@@ -257,6 +258,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
 }
 
 void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
+  DeviceScope on(ctx.device());
   check_supported(p, c);
   check_args(p, a);
   const Layout L(p, c);

@@ -224,19 +224,6 @@ std::vector<double> download(const float* src, size_t n) {
   return {f.begin(), f.end()};
 }
 
-// Restores the caller's current device (the backend under test keeps its own).
-class DeviceScope {
- public:
-  explicit DeviceScope(int ordinal) {
-    CELTUNE_CUDA(cudaGetDevice(&saved_));
-    CELTUNE_CUDA(cudaSetDevice(ordinal));
-  }
-  ~DeviceScope() { cudaSetDevice(saved_); }
-
- private:
-  int saved_ = 0;
-};
-
 }  // namespace
 
 bool gpu_reference_available() {
@@ -260,7 +247,7 @@ size_t gpu_reference_bytes(const Problem& p) {
 RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulate) {
   p.validate();
   check_targets(p, c);
-  DeviceScope scope(ordinal);
+  cuda::DeviceScope scope(ordinal);
   {
     size_t free_b = 0, total_b = 0;
     CELTUNE_CUDA(cudaMemGetInfo(&free_b, &total_b));
@@ -294,6 +281,7 @@ RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulat
   if (flce) {
     upload(x.p, c.x), upload(w.p, c.w);
     if (p.bias) upload(b.p, c.b);
+    CELTUNE_CUDA(cudaMemset(z.p, 0, static_cast<size_t>(N * V) * sizeof(float)));  // as for dX, dW below
     // Z[N,V] row-major is Zᵀ[V,N] column-major = W[V,H]·Xᵀ: A = W (H×V col-major, transposed), B = X (H×N).
     gemm(true, false, V, N, H, w.p, H, x.p, H, z.p, V);
   } else {
@@ -318,6 +306,10 @@ RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulat
     return r;
   }
   DeviceFloats dx(static_cast<size_t>(N * H)), dw(static_cast<size_t>(V * H));
+  // cuBLASLt's split-K reduction reads D even with beta = 0 (initcheck flags it):
+  // zeroed outputs keep the reference free of uninitialised reads.
+  CELTUNE_CUDA(cudaMemset(dx.p, 0, static_cast<size_t>(N * H) * sizeof(float)));
+  CELTUNE_CUDA(cudaMemset(dw.p, 0, static_cast<size_t>(V * H) * sizeof(float)));
   // dX[N,H] row-major = col-major [H,N] = W (H×V col-major) · dZᵀ-view (V×N col-major).
   gemm(false, false, H, N, V, w.p, H, z.p, V, dx.p, H);
   // dW[V,H] row-major = col-major [H,V] = X (H×N col-major) · (dZ as V×N col-major)ᵀ.

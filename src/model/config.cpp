@@ -55,24 +55,30 @@ KernelConfig default_config(const Problem& p) {
   // fall under 128 rows (V beyond ~900k in bf16) do vocabulary chunks take over.
   constexpr int64_t kTileBytes = int64_t{224} << 20;
   const int64_t bytes = dtype_bytes(p.dtype);
+  // The tile shares the 224 MiB with the per-row softmax state (4 floats a
+  // token) and the counters, so a tile that divides exactly cannot push the
+  // default past the 256 MiB that tune's --max-scratch enforces by default.
+  const int64_t tile_budget = kTileBytes - 16 * p.tokens - 4096;
   if (p.mode == Mode::forward) {
     // Forward only has no second pass, so vocabulary chunks cost nothing extra:
     // all rows per chunk (tall GEMMs) and as many columns as the budget allows.
     // On the H100 this beat one-pass chunks of 768 rows by 10% (N=4096, V=128256).
     c.row_chunk = std::min<int64_t>(p.tokens, 16384);
     if (c.row_chunk >= p.tokens) c.row_chunk = 0;
-    const int64_t vc = kTileBytes / (c.row_chunk_for(p) * bytes) / 256 * 256;
+    const int64_t vc = tile_budget / (c.row_chunk_for(p) * bytes) / 256 * 256;
     c.v_chunk = vc >= p.vocab ? 0 : std::max<int64_t>(vc, 2048);
     while (c.block_size > 256 && c.block_size > c.v_chunk_for(p)) c.block_size /= 2;
     return c;
   }
-  const int64_t rows_full_v = kTileBytes / (p.vocab * bytes);
+  const int64_t rows_full_v = tile_budget / (p.vocab * bytes);
   if (rows_full_v >= std::min<int64_t>(128, p.tokens)) {
     c.v_chunk = 0;
     c.row_chunk = rows_full_v >= p.tokens ? 0 : rows_full_v / 128 * 128;  // whole GEMM tiles
   } else {
     c.row_chunk = std::min<int64_t>(p.tokens, 1024);
-    c.v_chunk = std::max<int64_t>(2048, kTileBytes / (c.row_chunk * bytes) / 256 * 256);
+    // Two passes also hold dX of a row chunk in fp32 across vocabulary chunks.
+    const int64_t dx_acc = c.row_chunk * p.hidden * 4;
+    c.v_chunk = std::max<int64_t>(2048, (tile_budget - dx_acc) / (c.row_chunk * bytes) / 256 * 256);
   }
   // dW accumulates across row chunks in fp32 unless that accumulator (V×H×4)
   // alone would break the budget; then in the output dtype (validated in the gpu

@@ -106,6 +106,29 @@ TEST_CASE("default config is sensible for the Llama-3 classifier") {
   CHECK_NOTHROW(validate_config(p, default_config(p)));
 }
 
+TEST_CASE("the default config keeps flce scratch within 256 MiB, as tune's --max-scratch does") {
+  // Mirrors the CUDA backend's layout: row state (16 B a token), the tile in the
+  // input dtype (leading dimension v_chunk rounded up to 8), a fp32 dX
+  // accumulator for two passes, a fp32 dW accumulator when asked, and cuBLASLt's
+  // 32 MiB workspace. Exact divisions (V = 32768, N = 4096) once overshot by the
+  // row state alone, so the tuner could not let the default win.
+  for (int64_t V : {32768, 128256, 152064, 256000, 2000000})
+    for (int64_t H : {2304, 4096, 8192})
+      for (int64_t N : {1, 1024, 2048, 4096, 8192, 16384, 65536})
+        for (Mode m : {Mode::forward, Mode::forward_backward}) {
+          Problem p;
+          p.tokens = N, p.hidden = H, p.vocab = V, p.mode = m;
+          const KernelConfig c = default_config(p);
+          CAPTURE(p.key());
+          const int64_t rc = c.row_chunk_for(p), vc = c.v_chunk_for(p), ld = (vc + 7) / 8 * 8;
+          const bool bwd = m == Mode::forward_backward, two_pass = !c.one_pass(p);
+          int64_t bytes = 16 * N + 16 + rc * ld * 2 + (int64_t{32} << 20);
+          if (bwd && two_pass && c.dx_acc_fp32) bytes += rc * H * 4;
+          if (bwd && rc < N && c.dw_acc_fp32) bytes += V * H * 4;
+          CHECK(bytes <= (int64_t{256} << 20));
+        }
+}
+
 TEST_CASE("bf16 and fp16 rounding is round-to-nearest-even") {
   CHECK(round_to(DType::bf16, 1.0f) == 1.0f);
   // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).

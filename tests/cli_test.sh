@@ -164,5 +164,27 @@ after=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
 # A location where no file can be created.
 expect 3 "tune into an uncreatable path" -- "$celtune" tune --device cpu --shape 8,16,200 --db /proc/celtune-test.sqlite
 
+# A database in a read-only directory (a deployment's read-only mount): lookup
+# reads it, tune exits 3 and changes nothing, and no new file appears. Root
+# ignores file modes, so as root these commands run as nobody (setpriv).
+ro="$tmp/ro"
+mkdir "$ro" && cp "$tmp/t.sqlite" "$ro/tuned.sqlite"
+chmod 711 "$tmp" && chmod 555 "$ro" && chmod 444 "$ro/tuned.sqlite"
+reader=()
+[ "$(id -u)" -eq 0 ] && reader=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+before=$(md5sum <"$ro/tuned.sqlite")
+expect 3 "tune into a read-only directory" -- "${reader[@]}" "$celtune" tune --device cpu --shape 48,16,700 \
+  --dtype bf16 --db "$ro/tuned.sqlite" --min-runs 3 --max-runs 3 --force
+contains err "readonly" "the message says the database is read-only"
+expect 3 "a new database in a read-only directory" -- "${reader[@]}" "$celtune" tune --device cpu --shape 8,16,200 \
+  --db "$ro/new.sqlite"
+contains err "cannot open database" "the message names the failed open"
+expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$celtune" lookup --device cpu --shape 48,16,700 \
+  --dtype bf16 --mode fwdbwd --db "$ro/tuned.sqlite"
+contains out "exact" "the stored config is found in a read-only directory"
+[ "$before" = "$(md5sum <"$ro/tuned.sqlite")" ] && [ ! -e "$ro/new.sqlite" ] && [ -z "$(ls "$ro" | grep -v '^tuned.sqlite$')" ] \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the read-only directory changed"; ls -la "$ro"; }
+chmod 755 "$ro" && chmod 700 "$tmp"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

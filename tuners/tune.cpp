@@ -140,8 +140,8 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   // turn tries the heuristic's other top-k candidates with the other roles held
   // (coordinate descent over the roles). A candidate replaces the current choice
   // only when more than 1% faster: below that, pinning an algorithm, and with it
-  // the cuBLASLt version the config is valid for, buys nothing measurable. The
-  // winners join the interleaved finalists like any config.
+  // the cuBLASLt version the config is valid for, buys nothing measurable. Only
+  // such winners join the interleaved finalists, so a sub-1% gain cannot win there.
   if (o.gemm_algos > 1) {
     const auto options = backend.gemm_candidates(p, ranked.front().second, o.gemm_algos);
     KernelConfig cur = ranked.front().second;
@@ -155,10 +155,10 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
         t.gemm_algos[r] = options[r][k];
         const Measured m = measure(t);
         ++res.algo_evaluated, ++prog.done;
-        if (m.ok) {
-          ranked.push_back({m.stats.median_ms, t});
-          if (m.stats.median_ms < prog.best_ms) prog.best_ms = m.stats.median_ms, prog.best = to_string(t);
-          if (m.stats.median_ms < 0.99 * cur_ms) cur = t, cur_ms = m.stats.median_ms;
+        if (m.ok && m.stats.median_ms < 0.99 * cur_ms) {
+          cur = t, cur_ms = m.stats.median_ms;
+          ranked.push_back({cur_ms, t});
+          if (cur_ms < prog.best_ms) prog.best_ms = cur_ms, prog.best = to_string(t);
         }
         if (progress) progress(prog);
       }

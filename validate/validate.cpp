@@ -192,10 +192,10 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
   const auto t0 = std::chrono::steady_clock::now();
   const Problem& p = vc.problem;
   try {
-    const bool gpu_ref = choice == Truth::gpu ||
-                         (choice == Truth::automatic && fp64_cost(p) > kFp64Budget && reference::gpu_reference_available());
-    if (gpu_ref && !reference::gpu_reference_available())
-      fail_env("the GPU reference needs a CUDA GPU and a build with CUDA");
+    const bool have_gpu = cuda_device_count() > 0;
+    const bool gpu_ref =
+        choice == Truth::gpu || (choice == Truth::automatic && fp64_cost(p) > kFp64Budget && have_gpu);
+    if (gpu_ref && !have_gpu) fail_env("the GPU reference needs a CUDA GPU and a build with CUDA");
     backend.check(p, vc.config);
     const HostCase in = make_case(p, vc.spec);
     const HostOutputs got = backend.run(p, vc.config, in);

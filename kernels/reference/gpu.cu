@@ -16,16 +16,18 @@
 namespace celtune::reference {
 namespace {
 
-// A device allocation of floats, freed on scope exit.
-struct DeviceFloats {
-  float* p = nullptr;
-  explicit DeviceFloats(size_t n) {
-    if (n) CELTUNE_CUDA(cudaMalloc(&p, n * sizeof(float)));
+// A device array freed on scope exit.
+template <typename T>
+struct DeviceArray {
+  T* p = nullptr;
+  explicit DeviceArray(size_t n) {
+    if (n) CELTUNE_CUDA(cudaMalloc(&p, n * sizeof(T)));
   }
-  ~DeviceFloats() { cudaFree(p); }
-  DeviceFloats(const DeviceFloats&) = delete;
-  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  ~DeviceArray() { cudaFree(p); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
 };
+using DeviceFloats = DeviceArray<float>;
 
 // 0: keep fp32; 1: round to bf16; 2: round to fp16 (round to nearest even).
 __device__ __forceinline__ float round_dtype(float v, int to) {
@@ -224,18 +226,8 @@ std::vector<double> download(const float* src, size_t n) {
   return {f.begin(), f.end()};
 }
 
-}  // namespace
-
-bool gpu_reference_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
-size_t gpu_reference_bytes(const Problem& p) {
+// Device memory the reference needs, in bytes (all fp32 buffers).
+size_t reference_bytes(const Problem& p) {
   const auto N = static_cast<size_t>(p.tokens), H = static_cast<size_t>(p.hidden), V = static_cast<size_t>(p.vocab);
   const bool flce = p.family == Family::flce, bwd = p.mode == Mode::forward_backward;
   size_t floats = N * V + 4 * N;                               // logits / dZ, targets (int64), scale, lse, loss
@@ -244,6 +236,8 @@ size_t gpu_reference_bytes(const Problem& p) {
   return floats * sizeof(float) + (flce ? size_t{32} << 20 : 0);  // + GEMM workspace
 }
 
+}  // namespace
+
 RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulate) {
   p.validate();
   check_targets(p, c);
@@ -251,7 +245,7 @@ RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulat
   {
     size_t free_b = 0, total_b = 0;
     CELTUNE_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = gpu_reference_bytes(p);
+    const size_t need = reference_bytes(p);
     if (need > free_b)
       fail_env("the GPU reference needs " + std::to_string(need >> 20) + " MiB of device memory for " + p.key() +
                "; " + std::to_string(free_b >> 20) + " MiB are free");
@@ -264,13 +258,8 @@ RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulat
   DeviceFloats x(flce ? static_cast<size_t>(N * H) : 0), w(flce ? static_cast<size_t>(V * H) : 0);
   DeviceFloats b(flce && p.bias ? static_cast<size_t>(V) : 0);
   DeviceFloats scale(static_cast<size_t>(N)), lse(static_cast<size_t>(N)), loss(static_cast<size_t>(N));
-  int64_t* targets = nullptr;
-  CELTUNE_CUDA(cudaMalloc(&targets, static_cast<size_t>(N) * sizeof(int64_t)));
-  struct FreeTargets {
-    int64_t* p;
-    ~FreeTargets() { cudaFree(p); }
-  } free_targets{targets};
-  CELTUNE_CUDA(cudaMemcpy(targets, c.targets.data(), static_cast<size_t>(N) * sizeof(int64_t), cudaMemcpyHostToDevice));
+  DeviceArray<int64_t> targets(static_cast<size_t>(N));
+  CELTUNE_CUDA(cudaMemcpy(targets.p, c.targets.data(), static_cast<size_t>(N) * sizeof(int64_t), cudaMemcpyHostToDevice));
   {
     std::vector<float> s(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) s[static_cast<size_t>(i)] = static_cast<float>(token_grad_scale(p, c, i));
@@ -290,7 +279,7 @@ RefOutputs run_gpu(const Problem& p, const HostCase& c, int ordinal, bool emulat
   CeParams q{V, p.loss.ignore_index, static_cast<float>(p.loss.softcap), static_cast<float>(p.loss.label_smoothing),
              static_cast<float>(p.loss.z_loss), round_code, bwd};
   if (N > 0) {
-    three_pass_ce<<<static_cast<unsigned>(N), kThreads>>>(z.p, b.p, targets, scale.p, q, lse.p, loss.p);
+    three_pass_ce<<<static_cast<unsigned>(N), kThreads>>>(z.p, b.p, targets.p, scale.p, q, lse.p, loss.p);
     CELTUNE_LAUNCHED();
   }
 

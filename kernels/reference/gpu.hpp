@@ -15,19 +15,15 @@
 // GEMMs, gradients rounded on output. validate uses it as the yardstick for large
 // shapes, the way it uses the fp64 reference's emulation for small ones.
 //
-// Plain C++ interface: callers (validate, tests) need no CUDA headers. In a build
-// without CUDA, gpu_reference_available() is false and run_gpu throws.
+// Plain C++ interface: callers (validate, tests) need no CUDA headers. It runs
+// where cuda_device_count() (kernels/backend.hpp) is positive; in a build
+// without CUDA, run_gpu throws.
 #pragma once
 
 #include "model/host_case.hpp"
 #include "model/problem.hpp"
 
 namespace celtune::reference {
-
-bool gpu_reference_available();
-
-// Device memory the reference needs for a problem, in bytes (all fp32 buffers).
-size_t gpu_reference_bytes(const Problem& p);
 
 // Runs on CUDA device `ordinal`. Throws Error(usage) for a bad target and
 // Error(environment) when the device has too little free memory or CUDA fails.

@@ -6,10 +6,6 @@
 
 namespace celtune::reference {
 
-bool gpu_reference_available() { return false; }
-
-size_t gpu_reference_bytes(const Problem&) { return 0; }
-
 RefOutputs run_gpu(const Problem&, const HostCase&, int, bool) {
   fail_env("this build of celtune has no CUDA backend, so no GPU reference");
 }

@@ -12,7 +12,6 @@
 #include "output.hpp"
 #include "problem_args.hpp"
 #include "db/store.hpp"
-#include "kernels/reference/gpu.hpp"
 #include "kernels/space.hpp"
 #include "validate/validate.hpp"
 
@@ -144,7 +143,7 @@ Action register_validate(CLI::App& app) {
     std::vector<CaseResult> results;
     int failed = 0;
     const Truth truth = parse_truth(a->reference);
-    if (truth == Truth::gpu && !reference::gpu_reference_available())
+    if (truth == Truth::gpu && cuda_device_count() == 0)
       fail_env("--reference gpu needs a CUDA GPU and a build with CUDA; use fp64 or auto");
     Table t({"case", "config", "result", "det", "truth", "worst output (rel L2 vs truth)", "s"});
     for (const auto& vc : cases) {

@@ -53,30 +53,40 @@ for s in $steps; do
       ;;
     sanitize)
       # compute-sanitizer over the gpu suite (all but the 2^31-element and the
-      # Llama-sized cases, too large for instrumented runs). racecheck prints
-      # every report and counts those outside cuBLASLt's own GEMM kernels
-      # (nvjet*), which we cannot change; --kernel-name-exclude kns=nvjet made the
-      # sanitizer stop on a hardware exception on the H100, so filter instead.
-      # SAN_TESTS narrows the test cases (doctest -tc patterns).
+      # Llama-sized cases, too large for instrumented runs) and over every config
+      # of the ce space (no GEMMs). racecheck prints every report and counts those
+      # outside cuBLASLt's own GEMM kernels (nvjet*), which we cannot change;
+      # --kernel-name-exclude kns=nvjet made the sanitizer stop on a hardware
+      # exception on the H100, and so did the include filter (kns=celtune), so
+      # every kernel stays instrumented and the reports are filtered instead.
+      #   SAN_TOOLS    tools to run (default memcheck racecheck initcheck synccheck)
+      #   SAN_RUNS     doctest -tc patterns, one sanitizer run per ';'-separated group,
+      #                so that slow groups each get their own SAN_TIMEOUT
+      #   SAN_CE=0     skip the ce --all-configs runs
+      # One log per tool (runs appended, each under a header), gzipped: $OUT
+      # brings back only a few files.
       export CELTUNE_POISON_SCRATCH=1
-      sel=(-tce='*2^31*,*[large]*')
-      [ -n "${SAN_TESTS:-}" ] && sel+=(-tc="$SAN_TESTS")
+      IFS=';' read -r -a runs <<<"${SAN_RUNS:-*}"
       for tool in ${SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
-        t0=$(date +%s)
-        extra=()
-        [ $tool = racecheck ] && extra=(--print-limit 100000)
-        timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 9 $B/gpu_tests "${sel[@]}" >"$OUT/san_suite_$tool.log" 2>&1
-        rc=$?
-        ours=""
-        [ $tool = racecheck ] && ours=" reports outside cuBLASLt: $(grep -E 'Race reported|access at' "$OUT/san_suite_$tool.log" | grep -vc nvjet) of $(grep -c 'Race reported' "$OUT/san_suite_$tool.log");"
-        note "compute-sanitizer $tool, gpu suite: exit $rc in $(( $(date +%s) - t0 )) s —$ours $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_suite_$tool.log" | tail -1); $(grep -E 'test cases:' "$OUT/san_suite_$tool.log" | tail -1)"
-      done
-      # The CE kernels alone (no GEMMs): every config of the ce space.
-      for tool in ${SAN_TOOLS:-memcheck racecheck initcheck}; do
-        timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool --print-limit 100000 --error-exitcode 9 $B/celtune validate \
-          --device 0 --family ce --shape 37,0,10007 --dtype bf16,fp32 --all-configs --seed 1 >"$OUT/san_ce_$tool.log" 2>&1
-        rc=$?
-        note "compute-sanitizer $tool, ce --all-configs: exit $rc — $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_ce_$tool.log" | tail -1); $(grep -E "passed, .* failed" "$OUT/san_ce_$tool.log" | tail -1)"
+        log="$OUT/san_$tool.log"
+        targets=("${runs[@]}")
+        [ "${SAN_CE:-1}" = 1 ] && [ $tool != synccheck ] && targets+=(ce-all-configs)
+        for r in "${targets[@]}"; do
+          t0=$(date +%s)
+          if [ "$r" = ce-all-configs ]; then
+            cmd=($B/celtune validate --device 0 --family ce --shape 37,0,10007 --dtype bf16,fp32 --all-configs --seed 1)
+          else
+            cmd=($B/gpu_tests -tce='*2^31*,*[large]*' -tc="$r")
+          fi
+          timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool --print-limit 100000 --error-exitcode 9 \
+            "${cmd[@]}" >/tmp/san_run.log 2>&1
+          rc=$?
+          ours=""
+          [ $tool = racecheck ] && ours=" reports outside cuBLASLt: $(grep -E 'Race reported|access at' /tmp/san_run.log | grep -vc nvjet) of $(grep -c 'Race reported' /tmp/san_run.log);"
+          note "compute-sanitizer $tool [$r]: exit $rc in $(( $(date +%s) - t0 )) s —$ours $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san_run.log | tail -1); $(grep -E 'test cases:|passed, .* failed' /tmp/san_run.log | tail -1)"
+          { echo "==== $tool [$r] exit $rc ===="; cat /tmp/san_run.log; } >>"$log"
+        done
+        gzip -f "$log"
       done
       ;;
     lookup)

@@ -22,8 +22,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "ce.hpp"
 #include "kernels/cuda_check.hpp"
@@ -491,18 +493,51 @@ __global__ void convert_kernel(const float* in, T* out, int64_t n) {
     out[i] = Conv<T>::from(in[i]);
 }
 
+// The most threads a block of each kernel can launch with. ptxas picks the
+// registers per thread, and an SM's 64 K registers cap the block: the fp32 fold at
+// 16 elements a thread takes 69 and the 16-element grads 67 to 80, so 1024 threads
+// do not launch (cudaErrorLaunchOutOfResources). Ask the runtime, not a table we
+// would have to keep in step with the compiler. Cached: one binary, one answer.
+struct BlockLimit {
+  int threads = 0, regs = 0;
+};
+
+BlockLimit block_limit(DType t, int i, bool grad_kernel) {
+  static const auto table = [] {
+    std::array<std::array<std::array<BlockLimit, 2>, kNumElems>, 3> out{};
+    const DType types[] = {DType::fp32, DType::bf16, DType::fp16};
+    for (int d = 0; d < 3; ++d)
+      for (int e = 0; e < kNumElems; ++e) {
+        const FoldFn f = pick(types[d], e, Table<float>::fold, Table<__nv_bfloat16>::fold, Table<__half>::fold);
+        const GradFn g = pick(types[d], e, Table<float>::grad, Table<__nv_bfloat16>::grad, Table<__half>::grad);
+        cudaFuncAttributes a{};
+        CELTUNE_CUDA(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(f)));
+        out[d][e][0] = {a.maxThreadsPerBlock, a.numRegs};
+        CELTUNE_CUDA(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(g)));
+        out[d][e][1] = {a.maxThreadsPerBlock, a.numRegs};
+      }
+    return out;
+  }();
+  const int d = t == DType::fp32 ? 0 : t == DType::bf16 ? 1 : 2;
+  return table[d][i][grad_kernel ? 1 : 0];
+}
 }  // namespace
 
-bool ce_launch_supported(const CeLaunch& l, DType, const char** why) {
-  if (l.threads < 32 || l.threads > 1024 || l.threads % 32) {
-    if (why) *why = "threads must be a multiple of 32 in [32, 1024]";
-    return false;
+std::string ce_launch_unsupported(const CeLaunch& l, DType t, bool backward) {
+  if (l.threads < 32 || l.threads > 1024 || l.threads % 32) return "threads must be a multiple of 32 in [32, 1024]";
+  const int i = elems_index(l);
+  if (i < 0) return "block_size / threads must be 1, 2, 4, 8, 16 or 32 (the compiled table)";
+  // The fold runs in every mode; the separate gradient kernel only backward.
+  for (bool grad_kernel : {false, true}) {
+    if (grad_kernel && !backward) break;
+    const BlockLimit lim = block_limit(t, i, grad_kernel);
+    if (l.threads > lim.threads)
+      return "the " + std::string(to_string(t)) + (grad_kernel ? " gradient" : " fold") + " kernel at " +
+             std::to_string(kElems[i]) + " elements a thread uses " + std::to_string(lim.regs) +
+             " registers a thread, so a block launches at most " + std::to_string(lim.threads) +
+             " threads; use fewer threads or a smaller block_size";
   }
-  if (elems_index(l) < 0) {
-    if (why) *why = "block_size / threads must be 1, 2, 4, 8, 16 or 32 (the compiled table)";
-    return false;
-  }
-  return true;
+  return {};
 }
 
 // Shared memory a block may use beyond the kernel's static arrays (opt-in limit).

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "model/types.hpp"
 
@@ -60,8 +61,10 @@ struct CeLaunch {
 // The most row elements of dtype t a fused launch can keep on chip.
 int64_t max_cache_elems(DType t);
 
-// Whether (block_size, threads) is in the compiled table; the message says why not.
-bool ce_launch_supported(const CeLaunch& l, DType t, const char** why);
+// Why (block_size, threads) cannot launch for dtype t, or "" when it can: it must be
+// in the compiled table, and the kernels' registers must allow that many threads
+// (backward: the gradient kernel's too).
+std::string ce_launch_unsupported(const CeLaunch& l, DType t, bool backward);
 
 // Folds a tile into the row state. first: the state starts empty. last: the rows'
 // LSE is final after this tile, so write lse and token_loss. grad (needs last and

@@ -141,9 +141,9 @@ void check_args(const Problem& p, const Args& a) {
 void check_supported(const Problem& p, const KernelConfig& c) {
   p.validate();
   validate_config(p, c);
-  const char* why = nullptr;
-  if (!ce_launch_supported(CeLaunch{c.block_size, c.threads}, p.dtype, &why))
-    fail_usage(std::string("config ") + to_string(c) + ": " + why);
+  const std::string why =
+      ce_launch_unsupported(CeLaunch{c.block_size, c.threads}, p.dtype, p.mode == Mode::forward_backward);
+  if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
   if (c.rows_per_block != 1) fail_usage("the CUDA ce kernels take rows_per_block = 1");
   if (!c.gemm_algos.empty()) {
     // A serialised algorithm is only meaningful to the cuBLASLt that made it.

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "kernels/backend.hpp"
 #include "model/error.hpp"
@@ -256,6 +257,41 @@ TEST_CASE("unsupported configs and shapes are refused with a clear message") {
   KernelConfig c = default_config(p);
   c.block_size = 8192, c.threads = 128;  // 64 elements per thread: not in the table
   CHECK_THROWS_AS(gpu()->check(p, c), Error);
+}
+
+// The compiled table has (threads, elements) pairs whose registers do not fit in
+// one block: check() must refuse exactly those, with the reason, and every pair it
+// accepts must launch and pass. Without the register check, the fp32 fold at 16
+// elements a thread and 1024 threads failed at launch.
+TEST_CASE("every (threads, block size) that check() accepts launches; the rest are refused for their registers") {
+  int refused = 0, accepted = 0;
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp32})
+    for (Mode m : {Mode::forward, Mode::forward_backward})
+      for (int threads = 32; threads <= 1024; threads *= 2)
+        for (int elems : {1, 2, 4, 8, 16, 32}) {
+          ValidationCase vc;
+          Problem& p = vc.problem;
+          p.family = Family::ce, p.tokens = 5, p.vocab = 3001, p.dtype = dt, p.mode = m;
+          vc.config.threads = threads, vc.config.block_size = threads * elems;
+          vc.spec.seed = next_seed();
+          vc.name = "launch-limits";
+          std::string why;
+          try {
+            gpu()->check(p, vc.config);
+          } catch (const Error& e) {
+            why = e.what();
+          }
+          if (!why.empty()) {
+            CAPTURE(why);
+            CHECK(why.find("registers a thread") != std::string::npos);
+            ++refused;
+          } else {
+            expect_pass(vc);
+            ++accepted;
+          }
+        }
+  MESSAGE("accepted " << accepted << ", refused for registers " << refused);
+  CHECK(accepted > 0);
 }
 
 int main(int argc, char** argv) {

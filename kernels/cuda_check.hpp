@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <new>
 #include <string>
 
 #include "model/error.hpp"
@@ -51,6 +52,12 @@ class DeviceScope {
     CELTUNE_CUDA(cudaGetDevice(&saved_));
     if (saved_ != device) CELTUNE_CUDA(cudaSetDevice(device));
     changed_ = saved_ != device;
+  }
+  // For destructors, which must not throw: where the switch fails, the device is
+  // left as it was and nothing is restored.
+  DeviceScope(int device, std::nothrow_t) noexcept {
+    if (cudaGetDevice(&saved_) != cudaSuccess) return;
+    changed_ = saved_ != device && cudaSetDevice(device) == cudaSuccess;
   }
   ~DeviceScope() {
     if (changed_) cudaSetDevice(saved_);

@@ -127,40 +127,20 @@ __device__ __forceinline__ void add_bias(const LossParams& p, int64_t col, int64
     if (k < cols_left) x[k] += Conv<T>::to(b[col + k]);
 }
 
+// The ragged tail of a row, element by element: elements at or past `cols` read
+// as −inf (they vanish in the max and in exp) and are not written. Full tiles take
+// the wide, pipelined path (Raw) instead.
 template <typename T, int ELEMS>
-__device__ __forceinline__ void load(const T* row, int64_t start, int64_t cols, bool aligned, float (&x)[ELEMS]) {
-  using A = Access<T, ELEMS>;
-  if (aligned && start + ELEMS <= cols) {
+__device__ __forceinline__ void load_tail(const T* row, int64_t start, int64_t cols, float (&x)[ELEMS]) {
 #pragma unroll
-    for (int k = 0; k < ELEMS; k += A::kPer) {
-      const typename A::V raw = *reinterpret_cast<const typename A::V*>(row + start + k);
-      const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int q = 0; q < A::kPer; ++q) x[k + q] = Conv<T>::to(e[q]);
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < ELEMS; ++k) x[k] = (start + k < cols) ? Conv<T>::to(row[start + k]) : kNegInf;
-  }
+  for (int k = 0; k < ELEMS; ++k) x[k] = (start + k < cols) ? Conv<T>::to(row[start + k]) : kNegInf;
 }
 
 template <typename T, int ELEMS>
-__device__ __forceinline__ void store(T* row, int64_t start, int64_t cols, bool aligned, const float (&x)[ELEMS]) {
-  using A = Access<T, ELEMS>;
-  if (aligned && start + ELEMS <= cols) {
+__device__ __forceinline__ void store_tail(T* row, int64_t start, int64_t cols, const float (&x)[ELEMS]) {
 #pragma unroll
-    for (int k = 0; k < ELEMS; k += A::kPer) {
-      typename A::V raw;
-      T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-      for (int q = 0; q < A::kPer; ++q) e[q] = Conv<T>::from(x[k + q]);
-      *reinterpret_cast<typename A::V*>(row + start + k) = raw;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < ELEMS; ++k)
-      if (start + k < cols) row[start + k] = Conv<T>::from(x[k]);
-  }
+  for (int k = 0; k < ELEMS; ++k)
+    if (start + k < cols) row[start + k] = Conv<T>::from(x[k]);
 }
 
 template <typename T, int ELEMS>
@@ -253,10 +233,10 @@ __device__ __forceinline__ void write_grad_row(const T* row, T* orow, const Tile
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
     } else {
-      load<T, ELEMS>(row, start, v.cols, false, x);
+      load_tail<T, ELEMS>(row, start, v.cols, x);
       grad(start, x, v.cols - start);
     }
-    store<T, ELEMS>(orow, start, v.cols, false, x);
+    store_tail<T, ELEMS>(orow, start, v.cols, x);
   }
 }
 
@@ -309,7 +289,7 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
   for (int64_t base = n_full * block; base < v.cols; base += block) {  // the ragged tail, masked
     const int64_t start = base + mine;
     float x[ELEMS];
-    load<T, ELEMS>(row, start, v.cols, false, x);
+    load_tail<T, ELEMS>(row, start, v.cols, x);
     add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
     float lm = kNegInf;
 #pragma unroll

@@ -17,14 +17,11 @@ Context::Context(int device) : device_(device) {
 }
 
 Context::~Context() {
-  int saved = 0;  // as DeviceScope, without throwing from a destructor
-  cudaGetDevice(&saved);
-  cudaSetDevice(device_);
+  DeviceScope on(device_, std::nothrow);
   for (auto& [k, p] : plans_) release(p);
   cudaFree(scratch_);
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
-  cudaSetDevice(saved);
 }
 
 void* Context::scratch(size_t bytes) {

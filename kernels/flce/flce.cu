@@ -185,19 +185,41 @@ size_t scratch_bytes(const Problem& p, const KernelConfig& c) {
   return Layout(p, c).total + (p.family == Family::flce ? Context::kWorkspaceBytes : 0);
 }
 
-void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
-  DeviceScope on(ctx.device());
+namespace {
+// What both families do before their own kernels: check the problem, config and
+// pointers, take the scratch (poisoned with NaN on request, so nothing reads what
+// no kernel wrote), lay out the row state and count the valid targets.
+struct Prologue {
+  Layout L;
+  char* base;
+  LossParams lp;
+  RowState rs;
+  CeLaunch launch;
+};
+
+Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
   check_supported(p, c);
   check_args(p, a);
   const Layout L(p, c);
   char* base = static_cast<char*>(ctx.scratch(L.total));
   int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
-  const LossParams lp = loss_params(p, a, n_valid);
-  const RowState rs = row_state(base, L);
-  const CeLaunch launch{c.block_size, c.threads, c.fused ? L.vc : 0};
-  void* tile = base + L.tile;
+  Prologue out{L, base, loss_params(p, a, n_valid), row_state(base, L), CeLaunch{c.block_size, c.threads, c.fused ? L.vc : 0}};
   if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
+  count_targets(out.lp, L.N, n_valid, bad, st);
+  return out;
+}
+}  // namespace
+
+void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
+  DeviceScope on(ctx.device());
+  const Prologue run = begin_run(ctx, p, c, a, st);
+  const Layout& L = run.L;
+  const LossParams& lp = run.lp;
+  const RowState& rs = run.rs;
+  const CeLaunch& launch = run.launch;
+  char* base = run.base;
+  void* tile = base + L.tile;
   float* dx_acc = reinterpret_cast<float*>(base + L.dx);
   float* dw_acc = reinterpret_cast<float*>(base + L.dw);
   float* db_acc = reinterpret_cast<float*>(base + L.db);
@@ -209,7 +231,6 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   // Tuned cuBLASLt algorithms per GEMM role, or null for the heuristic's.
   auto algo = [&](GemmRole r) { return c.gemm_algos.empty() ? nullptr : &c.gemm_algos[static_cast<size_t>(r)]; };
 
-  count_targets(lp, L.N, n_valid, bad, st);
   if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
 
   // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ. The bias joins in the CE kernels (LossParams::bias).
@@ -259,28 +280,21 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
 
 void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
   DeviceScope on(ctx.device());
-  check_supported(p, c);
-  check_args(p, a);
-  const Layout L(p, c);
-  char* base = static_cast<char*>(ctx.scratch(L.total));
-  int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
-  int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
-  const LossParams lp = loss_params(p, a, n_valid);
-  const RowState rs = row_state(base, L);
-  const CeLaunch launch{c.block_size, c.threads, c.fused ? L.vc : 0};
+  const Prologue run = begin_run(ctx, p, c, a, st);
+  const Layout& L = run.L;
+  const LossParams& lp = run.lp;
   const int64_t bytes = dtype_bytes(p.dtype);
-  if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
-  count_targets(lp, L.N, n_valid, bad, st);
   auto view = [&](int64_t v0, int64_t cols) {
     return TileView{static_cast<char*>(a.logits) + v0 * bytes, L.V, 0, L.N, v0, cols,
                     a.dz ? static_cast<char*>(a.dz) + v0 * bytes : nullptr, L.V};
   };
   for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {
     const int64_t cols = std::min(L.vc, L.V - v0);
-    ce_fold(view(v0, cols), lp, rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, launch, st);
+    ce_fold(view(v0, cols), lp, run.rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, run.launch,
+            st);
   }
   if (L.bwd && !L.one_pass)
-    for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) ce_grad(view(v0, std::min(L.vc, L.V - v0)), lp, a.lse, launch, st);
+    for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) ce_grad(view(v0, std::min(L.vc, L.V - v0)), lp, a.lse, run.launch, st);
   reduce_loss(a.token_loss, L.N, lp, a.loss, st);
 }
 

@@ -62,6 +62,7 @@ for s in $steps; do
       #   SAN_TOOLS    tools to run (default memcheck racecheck initcheck synccheck)
       #   SAN_RUNS     doctest -tc patterns, one sanitizer run per ';'-separated group,
       #                so that slow groups each get their own SAN_TIMEOUT
+      #   SAN_EXCLUDE  doctest -tce patterns (default: the 2^31 and [large] cases)
       #   SAN_CE=0     skip the ce --all-configs runs
       # One log per tool (runs appended, each under a header), gzipped: $OUT
       # brings back only a few files.
@@ -76,7 +77,7 @@ for s in $steps; do
           if [ "$r" = ce-all-configs ]; then
             cmd=($B/celtune validate --device 0 --family ce --shape 37,0,10007 --dtype bf16,fp32 --all-configs --seed 1)
           else
-            cmd=($B/gpu_tests -tce='*2^31*,*[large]*' -tc="$r")
+            cmd=($B/gpu_tests -tce="${SAN_EXCLUDE-*2^31*,*[large]*}" -tc="$r")
           fi
           timeout ${SAN_TIMEOUT:-170} compute-sanitizer --tool $tool --print-limit 100000 --error-exitcode 9 \
             "${cmd[@]}" >/tmp/san_run.log 2>&1

@@ -104,15 +104,6 @@ double fp64_cost(const Problem& p) {
   return nv * (p.family == Family::flce ? 3.0 * static_cast<double>(p.hidden) + 20.0 : 20.0);
 }
 
-std::string_view to_string(Truth t) {
-  switch (t) {
-    case Truth::automatic: return "auto";
-    case Truth::fp64: return "fp64";
-    case Truth::gpu: return "gpu";
-  }
-  return "auto";
-}
-
 Truth parse_truth(std::string_view s) {
   if (s == "auto") return Truth::automatic;
   if (s == "fp64") return Truth::fp64;

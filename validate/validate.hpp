@@ -53,7 +53,6 @@ struct ValidationCase {
 enum class Truth { automatic, fp64, gpu };
 inline constexpr double kFp64Budget = 0x1p33;  // about two seconds on 16 cores
 double fp64_cost(const Problem& p);
-std::string_view to_string(Truth t);
 Truth parse_truth(std::string_view s);  // "auto", "fp64", "gpu"; Error(usage) otherwise
 
 struct CaseResult {

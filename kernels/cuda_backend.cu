@@ -274,16 +274,16 @@ class CudaBackend : public Backend {
     static Nvml nvml;
     return nvml.sm_clock(ordinal_);
   }
-  void check(const Problem& p, const KernelConfig& c) const override { check_supported(p, c); }
+  void check(const Problem& p, const KernelConfig& c) const override { check_supported(p, c, ordinal_); }
   std::vector<std::vector<std::string>> gemm_candidates(const Problem& p, const KernelConfig& c, int k) override {
-    check_supported(p, c);
+    check_supported(p, c, ordinal_);
     DeviceScope on(ordinal_);
     return cuda::gemm_candidates(ctx_, p, c, k);
   }
   size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override { return cuda::scratch_bytes(p, c); }
 
   HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) override {
-    check_supported(p, c);
+    check_supported(p, c, ordinal_);
     DeviceScope on(ordinal_);
     DeviceProblem d(p);
     if (p.family == Family::flce) {

@@ -90,6 +90,31 @@ for s in $steps; do
         gzip -f "$log"
       done
       ;;
+    fused)
+      # The fused sm_90 path against the cuBLASLt path, one process per shape so
+      # each table has its own floor: Llama-3-8B fwdbwd within 256 and 512 MiB,
+      # forward, Gemma-2-2B (softcap 30), and GPT-2's odd vocabulary.
+      fw='"impl":"fused","block_size":2048,"threads":256'
+      for n in ${FUSED_TOKENS:-4096 8192}; do
+        $B/celtune bench --shape $n,4096,128256 --no-ce --no-unfused \
+          --config "{\"v_chunk\":0,\"row_chunk\":896,\"dw_acc_fp32\":false,$fw}" \
+          --config "{\"v_chunk\":0,\"row_chunk\":2048,\"dw_acc_fp32\":false,$fw}" \
+          --config "{\"v_chunk\":0,\"row_chunk\":896,\"dw_acc_fp32\":false,\"block_size\":2048,\"threads\":256}" \
+          >"$OUT/fused_llama_$n.txt" 2>&1
+        note "fused llama3-8b N=$n fwdbwd: exit $?"; cat "$OUT/fused_llama_$n.txt"
+      done
+      $B/celtune bench --shape 4096,4096,128256 --mode fwd --no-ce --no-unfused \
+        --config "{\"impl\":\"fused\"}" --config '{"v_chunk":32768,"row_chunk":2048}' >"$OUT/fused_fwd.txt" 2>&1
+      note "fused llama3-8b fwd: exit $?"; cat "$OUT/fused_fwd.txt"
+      $B/celtune bench --model gemma2-2b --tokens 4096 --no-ce --no-unfused \
+        --config "{\"v_chunk\":0,\"row_chunk\":512,\"dw_acc_fp32\":false,$fw}" \
+        --config "{\"v_chunk\":0,\"row_chunk\":1024,\"dw_acc_fp32\":false,$fw}" \
+        --config '{"v_chunk":0,"row_chunk":384,"dw_acc_fp32":false}' >"$OUT/fused_gemma.txt" 2>&1
+      note "fused gemma2-2b: exit $?"; cat "$OUT/fused_gemma.txt"
+      $B/celtune bench --shape 8192,768,50257 --no-ce \
+        --config '{}' --config '{"v_chunk":8192}' --config "{$fw}" >"$OUT/fused_gpt2.txt" 2>&1
+      note "gpt2 odd V: exit $?"; cat "$OUT/fused_gpt2.txt"
+      ;;
     lookup)
       # The shipped database beside libceltune, as a deployment finds it.
       for n in 4096 6000; do

@@ -282,6 +282,20 @@ std::vector<ValidationCase> default_matrix(uint64_t seed, bool gpu_cases) {
     }
   }
   if (gpu_cases) {
+    // The fused sm_90 path (impl fused): every option in bf16 and fp16, one pass
+    // (the tile stored by the statistics GEMM) and two passes (statistics first,
+    // then recomputed tiles), both with row chunks that do not divide N. The
+    // CLI drops these, saying why, where the device or build cannot run them.
+    const size_t plain = out.size();
+    for (size_t i = 0; i < plain; ++i) {
+      const ValidationCase& base = out[i];
+      if (base.problem.family != Family::flce || base.problem.dtype == DType::fp32) continue;
+      ValidationCase vc = base;
+      vc.config.impl = KernelConfig::Impl::fused;
+      vc.spec.seed = s++;
+      vc.name += "/sm90-fused";
+      out.push_back(vc);
+    }
     // 64-bit indexing: one row chunk of all N rows and one vocabulary chunk, so
     // the kernel's single logits tile holds N·V = 16411·131072 ≈ 2^31 + 3.6e6
     // elements (4.3 GB in bf16). H = 64 keeps the inputs small; the GPU reference

@@ -349,6 +349,9 @@ class CpuBackend : public Backend {
     p.validate();
     validate_config(p, c);
     // fused changes where the GPU keeps a row, not what is computed: accepted.
+    if (c.impl == KernelConfig::Impl::fused)
+      fail_usage("impl fused is the sm_90 GPU path (CUTLASS GEMMs with the statistics in their epilogue); the CPU "
+                 "backend runs impl cublaslt's algorithm");
   }
   size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override {
     // The fp32 tile, the row state, and the fp32 accumulators the config asks for.

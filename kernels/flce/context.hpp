@@ -56,6 +56,9 @@ class Context {
   // Scratch of at least `bytes`, valid until the next call; contents undefined.
   void* scratch(size_t bytes);
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  // The GEMM workspace, also lent to the fused path's CUTLASS kernels: the
+  // context's GEMMs run one after another on its stream.
+  void* workspace() const { return workspace_; }
 
  private:
   struct Plan {

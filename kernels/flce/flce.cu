@@ -21,13 +21,28 @@
 //
 // Alignment: cuBLASLt needs 16-byte aligned rows, so H must be a multiple of 8
 // (16-bit) or 4 (fp32), and a v_chunk below V a multiple of 8; the tile's leading
-// dimension is v_chunk rounded up to 8. V itself may be anything.
+// dimension is v_chunk rounded up to 8. V itself may be anything, but a GEMM whose
+// vocabulary width is not a multiple of 128 falls off cuBLASLt's fast kernels
+// (GPT-2's 50257 ran at a third of the aligned speed on an H200): every cuBLASLt
+// GEMM is split into the aligned columns and a ragged tail of < 128 columns
+// (gemm_split), so the slow kernel only ever sees the tail.
+//
+// impl fused (sm_90, CUTLASS; sm90/fused.hpp): the logits GEMM's epilogue writes
+// per-row, per-BLOCK_N partial (max, Σexp) and Σẑ; a merge kernel gives the LSE
+// and loss. Forward: one statistics-only GEMM over all of V per row chunk, no
+// tile at all. Forward+backward, one pass: the same GEMM also stores the tile,
+// then dZ (ce_grad: one read, one write), dX on cuBLASLt and dW on CUTLASS's
+// persistent ping-pong GEMM, in place. Two passes: the statistics-only GEMM over
+// all of V gives the final LSE first, so pass 1 stores nothing; pass 2 as above.
 #include "flce.hpp"
 
 #include <algorithm>
 
 #include "kernels/ce/ce.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/flce/sm90/fused.hpp"
+#include "kernels/flce/sm90/stats.hpp"
+#include "kernels/flce/sm90/variants.hpp"
 #include "model/error.hpp"
 
 namespace celtune::cuda {
@@ -46,10 +61,27 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Where each piece of scratch lives; computed once so scratch_bytes() and the
 // run agree by construction.
+// The fused variants' table rows a config names (the first row when unnamed).
+int variant_index(const char* const* names, size_t count, const std::string& name, const char* role) {
+  if (name.empty()) return 0;
+  for (size_t i = 0; i < count; ++i)
+    if (name == names[i]) return static_cast<int>(i);
+  std::string known;
+  for (size_t i = 0; i < count; ++i) known += std::string(i ? ", " : "") + names[i];
+  fail_usage(std::string(role) + " '" + name + "' is not in the compiled table (" + known + ")");
+}
+int logits_variant(const KernelConfig& c) {
+  return variant_index(kSm90LogitsVariantNames, std::size(kSm90LogitsVariantNames), c.logits_kernel, "logits_kernel");
+}
+int dw_variant(const KernelConfig& c) {
+  return variant_index(kSm90DwVariantNames, std::size(kSm90DwVariantNames), c.dw_kernel, "dw_kernel");
+}
+
 struct Layout {
   int64_t N, H, V, rc, vc, ld_vc, row_chunks;
-  bool bwd, one_pass, dx_acc, dw_acc, db_acc;
-  size_t state, counters, tile, dx, dw, db, total;
+  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused;
+  int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
+  size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, total;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -63,6 +95,12 @@ struct Layout {
     dx_acc = flce && bwd && !one_pass && lowp && c.dx_acc_fp32;
     dw_acc = flce && bwd && row_chunks > 1 && lowp && c.dw_acc_fp32;
     db_acc = flce && bwd && p.bias;
+    fused = flce && c.impl == KernelConfig::Impl::fused;
+    if (fused) {
+      const int v = logits_variant(c);
+      part_rows = sm90_partial_rows(v, rc);
+      part_tiles = sm90_partial_tiles(v, V);
+    }
     size_t off = 0;
     auto take = [&](size_t bytes) {
       const size_t at = off;
@@ -71,13 +109,30 @@ struct Layout {
     };
     state = take(sizeof(float) * 4 * static_cast<size_t>(N));
     counters = take(2 * sizeof(int64_t));
-    tile = take(flce ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
+    // Fused forward stores no tile: the statistics come out of the GEMM's epilogue.
+    tile = take(flce && (bwd || !fused) ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
     dx = take(dx_acc ? static_cast<size_t>(rc * H) * 4 : 0);
     dw = take(dw_acc ? static_cast<size_t>(V * H) * 4 : 0);
     db = take(db_acc ? static_cast<size_t>(V) * 4 : 0);
+    const size_t parts = static_cast<size_t>(part_rows * part_tiles);
+    z_target = take(fused ? static_cast<size_t>(N) * 4 : 0);
+    lse_part = take(parts * sizeof(sm90::LsePair));
+    sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     total = off;
   }
 };
+
+// A cuBLASLt GEMM over `cols` vocabulary columns runs as the largest multiple of
+// 128 and a ragged tail (file comment): each piece's offset and width.
+struct ColPiece {
+  int64_t c0, n;
+};
+std::vector<ColPiece> col_pieces(int64_t cols) {
+  constexpr int64_t kAlign = 128;
+  if (cols % kAlign == 0 || cols < kAlign) return {{0, cols}};
+  const int64_t main = cols / kAlign * kAlign;
+  return {{0, main}, {main, cols - main}};
+}
 
 LossParams loss_params(const Problem& p, const Args& a, const int64_t* n_valid) {
   LossParams lp;
@@ -95,6 +150,10 @@ LossParams loss_params(const Problem& p, const Args& a, const int64_t* n_valid) 
   lp.n_valid = n_valid;
   lp.bias = p.family == Family::flce && p.bias ? a.b : nullptr;
   return lp;
+}
+
+sm90::StatsParams stats_params(const LossParams& lp) {
+  return {lp.vocab, lp.targets, lp.targets_i64, lp.ignore_index, lp.softcap, lp.label_smoothing, lp.z_loss};
 }
 
 RowState row_state(char* base, const Layout& L) {
@@ -138,9 +197,17 @@ void check_args(const Problem& p, const Args& a) {
 
 }  // namespace
 
-void check_supported(const Problem& p, const KernelConfig& c) {
+void check_supported(const Problem& p, const KernelConfig& c, int device) {
   p.validate();
   validate_config(p, c);
+  if (c.impl == KernelConfig::Impl::fused) {
+    if (device < 0) CELTUNE_CUDA(cudaGetDevice(&device));
+    std::string why;
+    if (!sm90::available(device, &why)) fail_usage("config " + to_string(c) + ": " + why);
+    logits_variant(c), dw_variant(c);  // names in the table
+    if (p.hidden % 8)
+      fail_usage("hidden size " + std::to_string(p.hidden) + " must be a multiple of 8 for impl fused (TMA rows)");
+  }
   const std::string why =
       ce_launch_unsupported(CeLaunch{c.block_size, c.threads}, p.dtype, p.mode == Mode::forward_backward);
   if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
@@ -172,11 +239,15 @@ std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Proble
   const Layout L(p, c);
   std::vector<std::vector<std::string>> out;
   for (GemmRole r : {GemmRole::logits, GemmRole::dx, GemmRole::dw}) {
-    if (r != GemmRole::logits && !L.bwd) {
-      out.push_back({});  // forward runs no gradient GEMMs
+    // Forward runs no gradient GEMMs; impl fused runs dW, and the one-pass logits,
+    // on CUTLASS.
+    const bool runs = r == GemmRole::logits ? !L.fused || (L.bwd && !L.one_pass) : L.bwd && (r == GemmRole::dx || !L.fused);
+    if (!runs) {
+      out.push_back({});
       continue;
     }
-    out.push_back(ctx.heuristic_algos(gemm_shape(r, p, L, L.rc, L.vc), k));
+    // The candidates of the aligned piece, the shape nearly all the work runs at.
+    out.push_back(ctx.heuristic_algos(gemm_shape(r, p, L, L.rc, col_pieces(L.vc).front().n), k));
   }
   return out;
 }
@@ -198,7 +269,7 @@ struct Prologue {
 };
 
 Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
-  check_supported(p, c);
+  check_supported(p, c, ctx.device());
   check_args(p, a);
   const Layout L(p, c);
   char* base = static_cast<char*>(ctx.scratch(L.total));
@@ -230,38 +301,79 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   auto at_mut = [](void* ptr, int64_t elems, int64_t elem_bytes) { return static_cast<char*>(ptr) + elems * elem_bytes; };
   // Tuned cuBLASLt algorithms per GEMM role, or null for the heuristic's.
   auto algo = [&](GemmRole r) { return c.gemm_algos.empty() ? nullptr : &c.gemm_algos[static_cast<size_t>(r)]; };
+  const sm90::Workspace ws{ctx.workspace(), Context::kWorkspaceBytes};
 
   if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
 
   // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ. The bias joins in the CE kernels (LossParams::bias).
   auto logits = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
-    ctx.gemm(gemm_shape(GemmRole::logits, p, L, rows, cols), at(a.w, v0 * H, bytes), at(a.x, r0 * H, bytes), tile,
-             0.0f, st, algo(GemmRole::logits));
+    for (const ColPiece& q : col_pieces(cols))
+      ctx.gemm(gemm_shape(GemmRole::logits, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(a.x, r0 * H, bytes),
+               at_mut(tile, q.c0, bytes), 0.0f, st, algo(GemmRole::logits));
+  };
+  // fused: the logits GEMM over all of V with the statistics in its epilogue
+  // (storing the tile when `store`), then the target logits and the merge: the
+  // rows' LSE and token loss are final afterwards.
+  auto stats = [&](int64_t r0, int64_t rows, bool store) {
+    const int lv = logits_variant(c);
+    auto* lse_part = reinterpret_cast<sm90::LsePair*>(base + L.lse_part);
+    float* sumz_part = p.loss.label_smoothing > 0 ? reinterpret_cast<float*>(base + L.sumz_part) : nullptr;
+    float* z_target = reinterpret_cast<float*>(base + L.z_target);
+    const sm90::StatsParams sp = stats_params(lp);
+    sm90::LogitsArgs g;
+    g.rows = rows, g.cols = L.V, g.hidden = H;
+    g.x = at(a.x, r0 * H, bytes), g.w = a.w, g.bias = lp.bias, g.softcap = lp.softcap;
+    g.tile = store ? tile : nullptr, g.ld_tile = L.ld_vc;
+    g.lse_partials = lse_part, g.sumz_partials = sumz_part;
+    sm90::logits_stats(lv, p.dtype, g, ws, st);
+    sm90::target_logits(p.dtype, a.x, a.w, lp.bias, r0, rows, H, sp, z_target, st);
+    sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,
+                      a.token_loss, st);
   };
   // GEMMs 2 and 3 and db, from a dZ tile.
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     const bool first_v = v0 == 0, first_r = r0 == 0;
     {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
       void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
-      ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, cols), at(a.w, v0 * H, bytes), tile, d, first_v ? 0.0f : 1.0f, st,
-               algo(GemmRole::dx));
+      for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
+        ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
+                 d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, algo(GemmRole::dx));
     }
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
-      ctx.gemm(gemm_shape(GemmRole::dw, p, L, rows, cols), at(a.x, r0 * H, bytes), tile, d, first_r ? 0.0f : 1.0f, st,
-               algo(GemmRole::dw));
+      if (L.fused) {  // CUTLASS, persistent ping-pong, in place; TMA takes any width
+        sm90::DwArgs g;
+        g.rows = rows, g.cols = cols, g.hidden = H;
+        g.dz = tile, g.ld_dz = L.ld_vc, g.x = at(a.x, r0 * H, bytes);
+        g.dw = d, g.dw_fp32 = L.dw_acc, g.beta = first_r ? 0.0f : 1.0f;
+        sm90::dw_gemm(dw_variant(c), p.dtype, g, ws, st);
+      } else {
+        for (const ColPiece& q : col_pieces(cols))
+          ctx.gemm(gemm_shape(GemmRole::dw, p, L, rows, q.n), at(a.x, r0 * H, bytes), at(tile, q.c0, bytes),
+                   at_mut(d, q.c0 * H, L.dw_acc ? 4 : bytes), first_r ? 0.0f : 1.0f, st, algo(GemmRole::dw));
+      }
     }
     if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);
   };
 
   for (int64_t r0 = 0; r0 < L.N; r0 += L.rc) {
     const int64_t rows = std::min(L.rc, L.N - r0);
-    for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {  // pass 1
-      const int64_t cols = std::min(L.vc, L.V - v0);
-      logits(r0, rows, v0, cols);
-      const TileView v{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc};
-      ce_fold(v, lp, rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, launch, st);
-      if (L.one_pass && L.bwd) consume(r0, rows, v0, cols);
+    if (L.fused) {
+      // Forward, or the two-pass backward's first pass: statistics only. One pass:
+      // the same GEMM stores the tile, and dZ overwrites it from the final LSE.
+      stats(r0, rows, L.bwd && L.one_pass);
+      if (L.bwd && L.one_pass) {
+        ce_grad(TileView{tile, L.ld_vc, r0, rows, 0, L.V, tile, L.ld_vc}, lp, a.lse, launch, st);
+        consume(r0, rows, 0, L.V);
+      }
+    } else {
+      for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {  // pass 1
+        const int64_t cols = std::min(L.vc, L.V - v0);
+        logits(r0, rows, v0, cols);
+        const TileView v{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc};
+        ce_fold(v, lp, rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, launch, st);
+        if (L.one_pass && L.bwd) consume(r0, rows, v0, cols);
+      }
     }
     if (L.bwd && !L.one_pass) {
       for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {  // pass 2: recompute each tile

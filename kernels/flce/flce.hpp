@@ -43,8 +43,9 @@ enum class GemmRole { logits = 0, dx = 1, dw = 2 };
 // run gets none. Empty for the ce family, which runs no GEMM.
 std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Problem& p, const KernelConfig& c, int k);
 
-// Throws Error(usage) if the CUDA kernels cannot run this config for this problem.
-void check_supported(const Problem& p, const KernelConfig& c);
+// Throws Error(usage) if the CUDA kernels cannot run this config for this problem
+// on `device` (−1: the current device; impl fused needs an sm_90 device).
+void check_supported(const Problem& p, const KernelConfig& c, int device = -1);
 size_t scratch_bytes(const Problem& p, const KernelConfig& c);
 
 void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st);

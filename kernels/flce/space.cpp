@@ -1,6 +1,7 @@
 // The flce family's search space: the vocabulary chunk (from small chunks up to
 // the whole vocabulary), the row chunk, the CE kernel's tile and threads, the
-// gradient accumulation dtype, and the fused row-on-chip variant of the one pass.
+// gradient accumulation dtype, the fused row-on-chip variant of the one pass, and
+// the implementation (cuBLASLt + CE kernels, or the fused sm_90 CUTLASS GEMMs).
 // Constraints beyond the backend's own: block_size ≤ v_chunk (validate_config),
 // chunks that change nothing are dropped (enumerate() deduplicates), and the
 // accumulation choice only where there is something to accumulate.
@@ -23,12 +24,29 @@ SearchSpace flce_space(const Problem& p) {
        [](KernelConfig& c, int64_t v) { c.dw_acc_fp32 = c.dx_acc_fp32 = v != 0; }},
       {"fused", bwd ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0},
        [](KernelConfig& c, int64_t v) { c.fused = v != 0; }},
+      // cuBLASLt GEMMs + CE kernels, or the fused sm_90 CUTLASS path (16-bit inputs;
+      // the backend's check refuses it where the device or build cannot run it).
+      {"impl", p.dtype != DType::fp32 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0},
+       [](KernelConfig& c, int64_t v) { c.impl = v ? KernelConfig::Impl::fused : KernelConfig::Impl::cublaslt; }},
   };
   s.constraint = [](const Problem& pr, const KernelConfig& c, std::string* why) {
     const int e = c.block_size / c.threads;
     if (c.block_size % c.threads || e < 1 || e > 32) {
       if (why) *why = "block_size / threads outside the compiled table";
       return false;
+    }
+    if (c.impl == KernelConfig::Impl::fused) {
+      // The statistics come from the GEMM's epilogue: the fold kernel's row cache
+      // has nothing to do, and forward has no tile, so v_chunk and the CE tile
+      // change nothing there (one point stands for them all).
+      if (c.fused) {
+        if (why) *why = "impl fused runs no fold kernel to cache rows for";
+        return false;
+      }
+      if (pr.mode == Mode::forward && (c.v_chunk != 0 || c.block_size != 2048 || c.threads != 256)) {
+        if (why) *why = "impl fused forward has no tile: v_chunk and the CE tile change nothing";
+        return false;
+      }
     }
     // The fused cache only acts in the one pass, where the tile holds whole rows.
     if (c.fused && !c.one_pass(pr)) {

@@ -35,6 +35,12 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (c.v_chunk_for(p) < p.vocab && c.block_size > c.v_chunk_for(p))
     fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
                std::to_string(c.v_chunk_for(p)));
+  if (c.impl == KernelConfig::Impl::fused) {
+    if (p.family != Family::flce) fail_usage("impl fused is a flce implementation");
+    if (p.dtype == DType::fp32) fail_usage("impl fused takes bf16 or fp16 inputs; fp32 runs on cuBLASLt");
+  } else if (!c.logits_kernel.empty() || !c.dw_kernel.empty()) {
+    fail_usage("logits_kernel and dw_kernel name CUTLASS variants of impl fused");
+  }
   if (!c.gemm_algos.empty() && c.gemm_algos.size() != 3)
     fail_usage("gemm_algos holds one entry per GEMM role (logits, dX, dW): 3, got " +
                std::to_string(c.gemm_algos.size()));
@@ -94,6 +100,13 @@ void to_json(nlohmann::json& j, const KernelConfig& c) {
                      {"row_chunk", c.row_chunk},         {"threads", c.threads},
                      {"rows_per_block", c.rows_per_block}, {"dw_acc_fp32", c.dw_acc_fp32},
                      {"dx_acc_fp32", c.dx_acc_fp32},     {"fused", c.fused}};
+  // Written only when fused, so every cuBLASLt config keeps its JSON (and its
+  // database key) from before the fused path existed.
+  if (c.impl == KernelConfig::Impl::fused) {
+    j["impl"] = "fused";
+    if (!c.logits_kernel.empty()) j["logits_kernel"] = c.logits_kernel;
+    if (!c.dw_kernel.empty()) j["dw_kernel"] = c.dw_kernel;
+  }
   if (!c.gemm_algos.empty()) {
     j["gemm_algos"] = c.gemm_algos;
     j["gemm_algos_cublaslt"] = c.gemm_algos_cublaslt;
@@ -104,7 +117,7 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
   static const std::set<std::string> known{"block_size", "v_chunk",     "row_chunk",
                                            "threads",    "rows_per_block", "dw_acc_fp32",
                                            "dx_acc_fp32", "fused",      "gemm_algos",
-                                           "gemm_algos_cublaslt"};
+                                           "gemm_algos_cublaslt", "impl", "logits_kernel", "dw_kernel"};
   if (!j.is_object()) fail_usage("a config must be a JSON object");
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) fail_usage("unknown config key '" + k + "'");
@@ -119,6 +132,15 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
     if (j.contains("dw_acc_fp32")) c.dw_acc_fp32 = j.at("dw_acc_fp32").get<bool>();
     if (j.contains("dx_acc_fp32")) c.dx_acc_fp32 = j.at("dx_acc_fp32").get<bool>();
     if (j.contains("fused")) c.fused = j.at("fused").get<bool>();
+    if (j.contains("impl")) {
+      const auto impl = j.at("impl").get<std::string>();
+      if (impl == "fused")
+        c.impl = KernelConfig::Impl::fused;
+      else if (impl != "cublaslt")
+        fail_usage("config: impl must be \"cublaslt\" or \"fused\", got \"" + impl + "\"");
+    }
+    if (j.contains("logits_kernel")) c.logits_kernel = j.at("logits_kernel").get<std::string>();
+    if (j.contains("dw_kernel")) c.dw_kernel = j.at("dw_kernel").get<std::string>();
     if (j.contains("gemm_algos")) c.gemm_algos = j.at("gemm_algos").get<std::vector<std::string>>();
     c.gemm_algos_cublaslt = json_int_or<int64_t>(j, "gemm_algos_cublaslt", c.gemm_algos_cublaslt);
   } catch (const nlohmann::json::exception& e) {
@@ -144,6 +166,11 @@ std::string to_string(const KernelConfig& c) {
   if (!c.dw_acc_fp32) s << " dw:out";
   if (!c.dx_acc_fp32) s << " dx:out";
   if (c.fused) s << " fused";
+  if (c.impl == KernelConfig::Impl::fused) {
+    s << " sm90";
+    if (!c.logits_kernel.empty()) s << " L:" << c.logits_kernel;
+    if (!c.dw_kernel.empty()) s << " W:" << c.dw_kernel;
+  }
   if (!c.gemm_algos.empty()) s << " algos";
   return s.str();
 }

@@ -41,6 +41,17 @@ struct KernelConfig {
   // the row is held in shared memory between the forward and gradient sweeps (as
   // much of it as fits; the rest is read again). ce family, and flce's one pass.
   bool fused = false;
+  // flce: which GEMMs run it. cublaslt: cuBLASLt GEMMs and the CE kernels on the
+  // tile (any architecture, any dtype). fused: Hopper (sm_90) CUTLASS kernels whose
+  // epilogue computes the softmax statistics, so forward writes no logits and the
+  // backward reads the tile once; dW accumulates in a persistent ping-pong GEMM.
+  // bf16/fp16 only; unavailable without CUTLASS in the build (check() says why).
+  enum class Impl { cublaslt, fused };
+  Impl impl = Impl::cublaslt;
+  // fused: the CUTLASS variant of each role by name (tile, cluster, schedule;
+  // kernels/flce/sm90/variants.hpp); empty means the table's first row.
+  std::string logits_kernel;
+  std::string dw_kernel;
   // Tuned cuBLASLt algorithms, one per GEMM role (logits, dX, dW), serialised;
   // empty means the heuristic's first choice. Valid only with the cuBLASLt version
   // recorded beside them.

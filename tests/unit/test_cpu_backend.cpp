@@ -2,6 +2,8 @@
 // configs that do and do not divide the shape, determinism, bad targets.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.hpp"
@@ -102,9 +104,14 @@ TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, ne
   llama.family = Family::flce, llama.tokens = 4096, llama.hidden = 4096, llama.vocab = 128256;
   CHECK(fp64_cost(llama) > kFp64Budget);
 
-  // The GPU-only 64-bit case: one tile of N·V > 2^31 logits.
+  // The GPU-only cases: every flce bf16/fp16 case again under impl fused, and
+  // the 64-bit case, one tile of N·V > 2^31 logits.
   const auto with_gpu = default_matrix(11, true);
-  REQUIRE(with_gpu.size() == small.size() + 1);
+  const auto fused = std::count_if(with_gpu.begin(), with_gpu.end(),
+                                   [](const ValidationCase& vc) { return vc.config.impl == KernelConfig::Impl::fused; });
+  CHECK(fused == 2 * 12 * 2);  // dtypes × option sets × (one pass, chunked)
+  REQUIRE(with_gpu.size() == small.size() + static_cast<size_t>(fused) + 1);
+  CHECK_THROWS_AS(backend->check(with_gpu[small.size()].problem, with_gpu[small.size()].config), Error);
   const ValidationCase& big = with_gpu.back();
   CHECK(big.problem.tokens * big.problem.vocab > int64_t{INT32_MAX});
   CHECK(big.config.row_chunk == big.problem.tokens);

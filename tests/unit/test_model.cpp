@@ -86,6 +86,27 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK_THROWS_AS(validate_config(p, bad), Error);
   CHECK(c.v_chunk_for(p) == 5000);  // 8192 ≥ V: one pass
   CHECK(c.one_pass(p));
+
+  // impl fused: round-trips with its variant names; cuBLASLt configs keep the
+  // JSON they had before the field existed (their database keys do not move).
+  CHECK(nlohmann::json(KernelConfig{}).dump().find("impl") == std::string::npos);
+  KernelConfig f = c;
+  f.gemm_algos.clear(), f.gemm_algos_cublaslt = 0;
+  f.impl = KernelConfig::Impl::fused, f.logits_kernel = "128x256x64_2x1x1_coop";
+  CHECK(nlohmann::json(f).get<KernelConfig>() == f);
+  CHECK(parse_config_json("{\"impl\": \"fused\"}").impl == KernelConfig::Impl::fused);
+  CHECK(parse_config_json("{\"impl\": \"cublaslt\"}").impl == KernelConfig::Impl::cublaslt);
+  CHECK_THROWS_AS(parse_config_json("{\"impl\": \"cutlass\"}"), Error);
+  CHECK_NOTHROW(validate_config(p, f));
+  Problem fp32 = p;
+  fp32.dtype = DType::fp32;
+  CHECK_THROWS_AS(validate_config(fp32, f), Error);  // fused takes 16-bit inputs
+  Problem ce = p;
+  ce.family = Family::ce, ce.hidden = 0;
+  CHECK_THROWS_AS(validate_config(ce, f), Error);
+  KernelConfig named = c;
+  named.dw_kernel = "128x128x64_1x1x1_pingpong";  // a variant name without impl fused
+  CHECK_THROWS_AS(validate_config(p, named), Error);
 }
 
 TEST_CASE("default config is sensible for the Llama-3 classifier") {

@@ -1,0 +1,71 @@
+// The fused Hopper path of flce: CUTLASS 3 GEMMs (TMA + WGMMA, warp-specialised,
+// persistent) whose epilogues do the CE work, behind a plain C++ interface so
+// flce.cu, the search space and the tests never include CUTLASS.
+//
+// Two GEMM roles run on CUTLASS; the dX GEMM stays on cuBLASLt (one output per
+// row chunk, nothing to accumulate in the one-pass schedule):
+//   logits + CE statistics: tile[rows, cols] = X·Wᵀ, and per row and BLOCK_N
+//     columns the online-softmax pair (max, Σexp) of ẑ = softcap(round(z) + b),
+//     and Σẑ when label smoothing needs it (epilogue visitor tree in
+//     ce_epilogue.cuh). The tile store is optional: forward only writes none.
+//   dW: dW[cols, H] = dZᵀ·X + beta·dW, in place, persistent ping-pong, so the
+//     read-modify-write of dW across row chunks runs behind the next tile's math.
+// Variants are a short named table (tile, cluster, schedule; variants.hpp), named
+// as CUTLASS's profiler names them; the config picks one per role by name, and
+// `variant` below is its row. Built without CUTLASS, available() says so and the
+// GEMM entry points throw (table_none.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "model/types.hpp"
+
+namespace celtune::cuda::sm90 {
+
+// One row's online-softmax state over a span of columns: max m and Σexp(ẑ − m).
+struct LsePair {
+  float m, d;
+};
+
+// Whether this build and device can run the fused path; `why` says why not.
+bool available(int device, std::string* why);
+
+// Device memory the CUTLASS kernels may use (the context's GEMM workspace).
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// logits (+ statistics). Shapes in the problem's terms: rows of X, cols of W
+// starting at the chunk, K = hidden. Partials are [tiles_n][rows_pad] (m-major,
+// rows_pad = rows rounded up to block_m), one entry per row and BLOCK_N columns.
+struct LogitsArgs {
+  int64_t rows = 0, cols = 0, hidden = 0;
+  const void* x = nullptr;     // [rows, hidden]
+  const void* w = nullptr;     // [cols, hidden]
+  const void* bias = nullptr;  // [cols] or null
+  float softcap = 0.0f;        // 0: off
+  void* tile = nullptr;        // [rows, ld_tile] in the input dtype, or null: no store
+  int64_t ld_tile = 0;
+  LsePair* lse_partials = nullptr;  // required
+  float* sumz_partials = nullptr;   // Σẑ partials, or null (no label smoothing)
+};
+void logits_stats(int variant, DType t, const LogitsArgs& a, const Workspace& ws, cudaStream_t st);
+
+// dW[cols, hidden] = dZ[rows, cols]ᵀ · X[rows, hidden] + beta · dW (in place).
+struct DwArgs {
+  int64_t rows = 0, cols = 0, hidden = 0;
+  const void* dz = nullptr;  // [rows, ld_dz], input dtype
+  int64_t ld_dz = 0;
+  const void* x = nullptr;   // [rows, hidden]
+  void* dw = nullptr;        // [cols, hidden], input dtype or fp32
+  bool dw_fp32 = false;
+  float beta = 0.0f;
+};
+void dw_gemm(int variant, DType t, const DwArgs& a, const Workspace& ws, cudaStream_t st);
+
+}  // namespace celtune::cuda::sm90

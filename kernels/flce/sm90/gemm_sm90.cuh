@@ -1,0 +1,163 @@
+// CUTLASS 3 kernels of the fused path, composed from CUTLASS's own parts: a
+// collective mainloop (TMA loads, WGMMA, stages from the CollectiveBuilder), a
+// collective epilogue (the CE visitor tree or a linear combination), and the
+// persistent tile scheduler, joined by GemmUniversal. One instantiation per
+// translation unit (logits_*.cu, dw_*.cu): each takes ~1 minute of nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/flce/sm90/ce_epilogue.cuh"
+
+namespace celtune::cuda::sm90 {
+
+template <class T>
+struct CutlassType;
+template <>
+struct CutlassType<__nv_bfloat16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct CutlassType<__half> {
+  using type = cutlass::half_t;
+};
+
+// A variant of the table: tile, cluster and schedule at compile time.
+template <int BM, int BN, int BK, int CM, int CN, bool Pingpong>
+struct Variant {
+  using Tile = cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>;
+  using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+  using Mainloop = cute::conditional_t<Pingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                       cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using Epilogue = cute::conditional_t<Pingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                       cutlass::epilogue::TmaWarpSpecializedCooperative>;
+};
+
+// A stride type with its one dynamic leading dimension among modes 0 and 1 set to
+// `ld` (the other is the static unit stride); the batch mode is unused.
+template <class Stride>
+Stride leading(int64_t ld) {
+  Stride s{};
+  if constexpr (!cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(s))>>)
+    cute::get<0>(s) = ld;
+  else
+    cute::get<1>(s) = ld;
+  return s;
+}
+
+inline int sm_count_of_current_device() {
+  int device = 0, sms = 0;
+  CELTUNE_CUDA(cudaGetDevice(&device));
+  CELTUNE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+// can_implement, initialize, run, each checked. The workspace (the persistent
+// scheduler's, a few bytes) is the context's GEMM workspace: the context's GEMMs
+// run one after another on its stream.
+template <class Gemm>
+void launch(const typename Gemm::Arguments& args, const Workspace& ws, cudaStream_t st, const char* what) {
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess)
+    fail_usage(std::string("the fused ") + what + " GEMM cannot run this shape (CUTLASS can_implement)");
+  if (Gemm::get_workspace_size(args) > ws.bytes)
+    fail_env(std::string("the fused ") + what + " GEMM needs more workspace than the context holds");
+  cutlass::Status s = gemm.initialize(args, ws.ptr, st);
+  if (s == cutlass::Status::kSuccess) s = gemm.run(st);
+  if (s != cutlass::Status::kSuccess)
+    fail_env(std::string("CUTLASS ") + what + " GEMM failed: " + cutlassGetStatusString(s));
+  CELTUNE_LAUNCHED();
+}
+
+// logits + CE statistics. A = X [rows, H] row-major (K-major), B = W [cols, H]
+// (K-major), D = tile [rows, ld] row-major, or none.
+template <class T, class V, bool StoreTile>
+struct LogitsGemm {
+  using E = typename CutlassType<T>::type;
+  using Tree = CeStatsTree<E, typename V::Tile, StoreTile>;
+  using ElementD = cute::conditional_t<StoreTile, E, void>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename V::Tile, typename V::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, ElementD,
+      cutlass::layout::RowMajor, 8, typename V::Epilogue, typename Tree::Root>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, cutlass::layout::RowMajor, 8, E,
+      cutlass::layout::ColumnMajor, 8, float, typename V::Tile, typename V::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename V::Mainloop>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static void run(const LogitsArgs& a, const Workspace& ws, cudaStream_t st) {
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {static_cast<int>(a.rows), static_cast<int>(a.cols), static_cast<int>(a.hidden), 1};
+    args.mainloop.ptr_A = static_cast<const E*>(a.x);
+    args.mainloop.dA = leading<typename Kernel::StrideA>(a.hidden);
+    args.mainloop.ptr_B = static_cast<const E*>(a.w);
+    args.mainloop.dB = leading<typename Kernel::StrideB>(a.hidden);
+    args.epilogue.thread = Tree::args(a);
+    if constexpr (StoreTile) {
+      args.epilogue.ptr_D = static_cast<E*>(a.tile);
+      args.epilogue.dD = leading<typename Kernel::StrideD>(a.ld_tile);
+    }
+    args.hw_info.sm_count = sm_count_of_current_device();
+    // Along M: the CTAs that run together share one W tile (the large operand)
+    // and the row chunk's X stays in L2.
+    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
+    launch<Gemm>(args, ws, st, "logits");
+  }
+};
+
+// dW [cols, H] = dZᵀ·X + beta·dW. A = dZ viewed [cols, rows] (M-major, ld_dz),
+// B = X viewed [H, rows] (N-major), C = D = dW row-major (in place).
+template <class T, class V, bool OutF32>
+struct DwGemm {
+  using E = typename CutlassType<T>::type;
+  using Out = cute::conditional_t<OutF32, float, E>;
+  static constexpr int kOutAlign = 16 / sizeof(Out);
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename V::Tile, typename V::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, Out, cutlass::layout::RowMajor, kOutAlign, Out,
+      cutlass::layout::RowMajor, kOutAlign, typename V::Epilogue>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, cutlass::layout::ColumnMajor, 8, E,
+      cutlass::layout::RowMajor, 8, float, typename V::Tile, typename V::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename V::Mainloop>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static void run(const DwArgs& a, const Workspace& ws, cudaStream_t st) {
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {static_cast<int>(a.cols), static_cast<int>(a.hidden), static_cast<int>(a.rows), 1};
+    args.mainloop.ptr_A = static_cast<const E*>(a.dz);
+    args.mainloop.dA = leading<typename Kernel::StrideA>(a.ld_dz);
+    args.mainloop.ptr_B = static_cast<const E*>(a.x);
+    args.mainloop.dB = leading<typename Kernel::StrideB>(a.hidden);
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = a.beta;
+    args.epilogue.ptr_C = static_cast<const Out*>(a.dw);
+    args.epilogue.dC = leading<typename Kernel::StrideC>(a.hidden);
+    args.epilogue.ptr_D = static_cast<Out*>(a.dw);
+    args.epilogue.dD = leading<typename Kernel::StrideD>(a.hidden);
+    args.hw_info.sm_count = sm_count_of_current_device();
+    launch<Gemm>(args, ws, st, "dW");
+  }
+};
+
+}  // namespace celtune::cuda::sm90

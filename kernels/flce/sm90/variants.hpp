@@ -1,0 +1,43 @@
+// The compiled table of the fused path, one X-macro per GEMM role: index, tile
+// (M, N, K), cluster (M, N), ping-pong (else cooperative), and the name that the
+// config, the database, the logs and an ncu profile all use (CUTLASS profiler
+// style). Each (variant, dtype, flag) is one translation unit: add a row here and
+// its files in meson.build, and keep the table short (≈1 minute of nvcc each).
+//
+// Why these: the logits GEMM is large in N (the vocabulary), so a 128×256 tile in
+// the cooperative schedule with a 2×1 cluster (the W tile multicast to both CTAs)
+// is the shape cuBLASLt picks for these GEMMs on the H100; dW accumulates in place
+// across row chunks, so ping-pong lets one warp group's read-modify-write epilogue
+// run while the other's mainloop issues WGMMA.
+#pragma once
+
+#define CELTUNE_SM90_LOGITS_VARIANTS(X) X(0, 128, 256, 64, 2, 1, false, "128x256x64_2x1x1_coop")
+#define CELTUNE_SM90_DW_VARIANTS(X) X(0, 128, 128, 64, 1, 1, true, "128x128x64_1x1x1_pingpong")
+
+// The names alone, for code that must not depend on CUDA (the search space, the
+// config checks): the same rows, so a name here always has a kernel there.
+#define CELTUNE_SM90_NAME(idx, bm, bn, bk, cm, cn, pp, name) name,
+inline constexpr const char* kSm90LogitsVariantNames[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_NAME)};
+inline constexpr const char* kSm90DwVariantNames[] = {CELTUNE_SM90_DW_VARIANTS(CELTUNE_SM90_NAME)};
+#undef CELTUNE_SM90_NAME
+#define CELTUNE_SM90_BLOCK_M(idx, bm, bn, bk, cm, cn, pp, name) bm,
+#define CELTUNE_SM90_BLOCK_N(idx, bm, bn, bk, cm, cn, pp, name) bn,
+inline constexpr int kSm90LogitsBlockM[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_BLOCK_M)};
+inline constexpr int kSm90LogitsBlockN[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_BLOCK_N)};
+#undef CELTUNE_SM90_BLOCK_M
+#undef CELTUNE_SM90_BLOCK_N
+
+// The statistics partials of logits variant v over a [rows, cols] GEMM: one entry
+// per row (padded to BLOCK_M) and per BLOCK_N columns (Sm90ColReduction's layout).
+inline long long sm90_partial_rows(int v, long long rows) {
+  const int bm = kSm90LogitsBlockM[v];
+  return (rows + bm - 1) / bm * bm;
+}
+inline long long sm90_partial_tiles(int v, long long cols) {
+  const int bn = kSm90LogitsBlockN[v];
+  return (cols + bn - 1) / bn;
+}
+
+// Entry points defined by the translation units.
+#define CELTUNE_SM90_LOGITS_FN(idx, dt, store) logits_v##idx##_##dt##_##store
+#define CELTUNE_SM90_DW_FN(idx, dt, out) dw_v##idx##_##dt##_##out

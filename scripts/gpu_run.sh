@@ -115,6 +115,12 @@ for s in $steps; do
         --config '{}' --config '{"v_chunk":8192}' --config "{$fw}" >"$OUT/fused_gpt2.txt" 2>&1
       note "gpt2 odd V: exit $?"; cat "$OUT/fused_gpt2.txt"
       ;;
+    peers)
+      # torch.compile of the plain PyTorch FLCE, the everyday peer, same method.
+      PYTHONUNBUFFERED=1 timeout ${PEERS_TIMEOUT:-400} python3 scripts/peer_bench.py ${PEERS_SHAPES:+--shapes $PEERS_SHAPES} \
+        >"$OUT/peers.txt" 2>"$OUT/peers.err"; note "peers (torch.compile): exit $?"
+      tail -3 "$OUT/peers.err"; cat "$OUT/peers.txt"
+      ;;
     lookup)
       # The shipped database beside libceltune, as a deployment finds it.
       for n in 4096 6000; do

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cute/tensor.hpp"
@@ -61,14 +63,36 @@ inline int sm_count_of_current_device() {
   return sms;
 }
 
-// can_implement, initialize, run, each checked. The workspace (the persistent
-// scheduler's, a few bytes) is the context's GEMM workspace: the context's GEMMs
-// run one after another on its stream.
+// The tile scheduler's rasterisation: along M by default (file comments below
+// say why per role). CELTUNE_SM90_RASTER=m|n|auto and CELTUNE_SM90_SWIZZLE=1|2|4|8
+// override it for experiments (read once per process).
+template <class SchedulerArgs>
+void schedule(SchedulerArgs& s) {
+  using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+  static const char* raster = std::getenv("CELTUNE_SM90_RASTER");
+  static const char* swizzle = std::getenv("CELTUNE_SM90_SWIZZLE");
+  s.raster_order = Raster::AlongM;
+  if (raster && std::string(raster) == "n") s.raster_order = Raster::AlongN;
+  if (raster && std::string(raster) == "auto") s.raster_order = Raster::Heuristic;
+  if (swizzle) s.max_swizzle_size = std::atoi(swizzle);
+}
+
+// What TMA itself needs, checked instead of CUTLASS's can_implement: its check
+// also asks every contiguous extent (the vocabulary width of a tile, GPT-2's
+// 50257) to be a multiple of 16 bytes, which TMA does not need: it clips loads
+// and stores per element at the tensor's edge. Strides and base addresses must
+// be 16-byte aligned; the driver validates the descriptors again at initialize.
+inline void check_tma(const void* ptr, int64_t ld_elems, int elem_bytes, const char* what) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 || (ld_elems * elem_bytes) % 16)
+    fail_usage(std::string("the fused path needs 16-byte aligned rows and base addresses (") + what + ")");
+}
+
+// initialize and run, each checked. The workspace (the persistent scheduler's, a
+// few bytes) is the context's GEMM workspace: the context's GEMMs run one after
+// another on its stream.
 template <class Gemm>
 void launch(const typename Gemm::Arguments& args, const Workspace& ws, cudaStream_t st, const char* what) {
   Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess)
-    fail_usage(std::string("the fused ") + what + " GEMM cannot run this shape (CUTLASS can_implement)");
   if (Gemm::get_workspace_size(args) > ws.bytes)
     fail_env(std::string("the fused ") + what + " GEMM needs more workspace than the context holds");
   cutlass::Status s = gemm.initialize(args, ws.ptr, st);
@@ -115,7 +139,9 @@ struct LogitsGemm {
     args.hw_info.sm_count = sm_count_of_current_device();
     // Along M: the CTAs that run together share one W tile (the large operand)
     // and the row chunk's X stays in L2.
-    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
+    schedule(args.scheduler);
+    check_tma(a.x, a.hidden, sizeof(E), "X"), check_tma(a.w, a.hidden, sizeof(E), "W");
+    if (a.tile) check_tma(a.tile, a.ld_tile, sizeof(E), "logits tile");
     launch<Gemm>(args, ws, st, "logits");
   }
 };
@@ -156,6 +182,10 @@ struct DwGemm {
     args.epilogue.ptr_D = static_cast<Out*>(a.dw);
     args.epilogue.dD = leading<typename Kernel::StrideD>(a.hidden);
     args.hw_info.sm_count = sm_count_of_current_device();
+    // Along M (the vocabulary): the CTAs that run together read the same X rows.
+    schedule(args.scheduler);
+    check_tma(a.dz, a.ld_dz, sizeof(E), "dZ"), check_tma(a.x, a.hidden, sizeof(E), "X");
+    check_tma(a.dw, a.hidden, sizeof(Out), "dW");
     launch<Gemm>(args, ws, st, "dW");
   }
 };

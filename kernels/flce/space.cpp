@@ -5,9 +5,21 @@
 // Constraints beyond the backend's own: block_size ≤ v_chunk (validate_config),
 // chunks that change nothing are dropped (enumerate() deduplicates), and the
 // accumulation choice only where there is something to accumulate.
+#include <iterator>
+
+#include "kernels/flce/sm90/variants.hpp"
 #include "kernels/space.hpp"
 
 namespace celtune {
+
+namespace {
+// Row indices 0…n−1 of a variant table, or just the default row when unused.
+std::vector<int64_t> rows(size_t n, bool used) {
+  std::vector<int64_t> out{0};
+  for (size_t i = 1; used && i < n; ++i) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+}  // namespace
 
 SearchSpace flce_space(const Problem& p) {
   SearchSpace s;
@@ -28,11 +40,21 @@ SearchSpace flce_space(const Problem& p) {
       // the backend's check refuses it where the device or build cannot run it).
       {"impl", p.dtype != DType::fp32 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0},
        [](KernelConfig& c, int64_t v) { c.impl = v ? KernelConfig::Impl::fused : KernelConfig::Impl::cublaslt; }},
+      // impl fused: the CUTLASS variant of each GEMM role (sm90/variants.hpp); row
+      // 0 is the unnamed default, so configs that keep it stay short.
+      {"logits_kernel", rows(std::size(kSm90LogitsVariantNames), p.dtype != DType::fp32),
+       [](KernelConfig& c, int64_t v) { c.logits_kernel = v ? kSm90LogitsVariantNames[v] : ""; }},
+      {"dw_kernel", rows(std::size(kSm90DwVariantNames), bwd && p.dtype != DType::fp32),
+       [](KernelConfig& c, int64_t v) { c.dw_kernel = v ? kSm90DwVariantNames[v] : ""; }},
   };
   s.constraint = [](const Problem& pr, const KernelConfig& c, std::string* why) {
     const int e = c.block_size / c.threads;
     if (c.block_size % c.threads || e < 1 || e > 32) {
       if (why) *why = "block_size / threads outside the compiled table";
+      return false;
+    }
+    if (c.impl != KernelConfig::Impl::fused && (!c.logits_kernel.empty() || !c.dw_kernel.empty())) {
+      if (why) *why = "CUTLASS variants belong to impl fused";
       return false;
     }
     if (c.impl == KernelConfig::Impl::fused) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "kernels/space.hpp"
 #include "tuners/strategy.hpp"
 
 using namespace celtune;
@@ -71,4 +72,36 @@ TEST_CASE("exhaustive evaluates everything once; random exactly its budget") {
   run_strategy(Strategy::random, s, cands, [&](size_t i) { seen.insert(i); return 1.0; }, 7, 0, 3);
   CHECK(seen.size() == 7);
   CHECK(std::set<size_t>(seen.begin(), seen.end()).size() == 7);
+}
+
+TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where they mean something") {
+  auto count = [](const Problem& p, auto pred) {
+    int n = 0;
+    for (const auto& cand : enumerate(flce_space(p), p, SpaceLimits{}))
+      if (pred(cand.config)) ++n;
+    return n;
+  };
+  auto fused = [](const KernelConfig& c) { return c.impl == KernelConfig::Impl::fused; };
+  Problem p;
+  p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.dtype = DType::bf16;
+  const int fused_bwd = count(p, fused);
+  CHECK(fused_bwd > 0);
+  // Every variant of both roles is reachable in forward+backward.
+  CHECK(count(p, [](const KernelConfig& c) { return !c.logits_kernel.empty(); }) > 0);
+  CHECK(count(p, [](const KernelConfig& c) { return !c.dw_kernel.empty(); }) > 0);
+  // Variant names never leak into cuBLASLt configs, nor the fold's row cache into fused.
+  CHECK(count(p, [](const KernelConfig& c) {
+          return c.impl != KernelConfig::Impl::fused && (!c.logits_kernel.empty() || !c.dw_kernel.empty());
+        }) == 0);
+  CHECK(count(p, [](const KernelConfig& c) { return c.impl == KernelConfig::Impl::fused && c.fused; }) == 0);
+  // Forward: no tile, no dW: one point per row chunk and logits variant.
+  p.mode = Mode::forward;
+  CHECK(count(p, [](const KernelConfig& c) {
+          return c.impl == KernelConfig::Impl::fused && (c.v_chunk != 0 || !c.dw_kernel.empty());
+        }) == 0);
+  CHECK(count(p, fused) > 0);
+  CHECK(count(p, fused) < fused_bwd);
+  // fp32 inputs run on cuBLASLt only.
+  p.dtype = DType::fp32;
+  CHECK(count(p, fused) == 0);
 }

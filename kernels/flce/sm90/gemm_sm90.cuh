@@ -63,15 +63,16 @@ inline int sm_count_of_current_device() {
   return sms;
 }
 
-// The tile scheduler's rasterisation: along M by default (file comments below
-// say why per role). CELTUNE_SM90_RASTER=m|n|auto and CELTUNE_SM90_SWIZZLE=1|2|4|8
-// override it for experiments (read once per process).
+// The tile scheduler's rasterisation, per role (comments at the callers say why).
+// CELTUNE_SM90_RASTER=m|n|auto and CELTUNE_SM90_SWIZZLE=1|2|4|8 override it for
+// experiments (read once per process).
+using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
 template <class SchedulerArgs>
-void schedule(SchedulerArgs& s) {
-  using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
+void schedule(SchedulerArgs& s, Raster order) {
   static const char* raster = std::getenv("CELTUNE_SM90_RASTER");
   static const char* swizzle = std::getenv("CELTUNE_SM90_SWIZZLE");
-  s.raster_order = Raster::AlongM;
+  s.raster_order = order;
+  if (raster && std::string(raster) == "m") s.raster_order = Raster::AlongM;
   if (raster && std::string(raster) == "n") s.raster_order = Raster::AlongN;
   if (raster && std::string(raster) == "auto") s.raster_order = Raster::Heuristic;
   if (swizzle) s.max_swizzle_size = std::atoi(swizzle);
@@ -138,8 +139,8 @@ struct LogitsGemm {
     }
     args.hw_info.sm_count = sm_count_of_current_device();
     // Along M: the CTAs that run together share one W tile (the large operand)
-    // and the row chunk's X stays in L2.
-    schedule(args.scheduler);
+    // and the row chunk's X stays in L2 (on the H100, along N was 16% slower).
+    schedule(args.scheduler, Raster::AlongM);
     check_tma(a.x, a.hidden, sizeof(E), "X"), check_tma(a.w, a.hidden, sizeof(E), "W");
     if (a.tile) check_tma(a.tile, a.ld_tile, sizeof(E), "logits tile");
     launch<Gemm>(args, ws, st, "logits");
@@ -182,8 +183,10 @@ struct DwGemm {
     args.epilogue.ptr_D = static_cast<Out*>(a.dw);
     args.epilogue.dD = leading<typename Kernel::StrideD>(a.hidden);
     args.hw_info.sm_count = sm_count_of_current_device();
-    // Along M (the vocabulary): the CTAs that run together read the same X rows.
-    schedule(args.scheduler);
+    // Along N (hidden): the CTAs that run together share one dZ slab, read from
+    // DRAM once; along M re-read it for every N tile (7 GB instead of 0.4 GB per
+    // 896-row chunk of Llama-3-8B on the H100, 2.75 ms instead of 1.83).
+    schedule(args.scheduler, Raster::AlongN);
     check_tma(a.dz, a.ld_dz, sizeof(E), "dZ"), check_tma(a.x, a.hidden, sizeof(E), "X");
     check_tma(a.dw, a.hidden, sizeof(Out), "dW");
     launch<Gemm>(args, ws, st, "dW");

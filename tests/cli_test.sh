@@ -25,6 +25,20 @@ contains() {  # contains FILE TEXT description
     fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; sed 's/^/  | /' "$tmp/$1" | tail -10; fi
 }
 
+hold_lock() {  # hold_lock DB SECONDS: another writer's exclusive lock, held in the background ($locker)
+  rm -f "$tmp/locked"
+  python3 - "$1" "$tmp/locked" "$2" <<'PY' &
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+con.execute("BEGIN EXCLUSIVE")
+open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))
+con.execute("ROLLBACK")
+PY
+  locker=$!
+  for _ in $(seq 50); do [ -e "$tmp/locked" ] && break; sleep 0.1; done
+}
+
 expect 0 "version" -- "$celtune" --version
 contains out "celtune " "version text"
 expect 0 "help" -- "$celtune" --help
@@ -127,7 +141,7 @@ cmp -s "$tmp/junk.sqlite" "$tmp/junk.copy" && passes=$((passes + 1)) || { fails=
 cat >"$tmp/in.jsonl" <<'JL'
 {"record":"best","device":{"name":"GTX fictional","arch":"sm_90","sm_count":132,"memory_bytes":85899345920,"driver":"580.1","runtime":"13.0","cublaslt":"13.0.0","cublaslt_version":130000},"problem":{"family":"flce","tokens":4096,"hidden":4096,"vocab":128256,"dtype":"bf16","target_type":"int64","ignore_index":-100,"reduction":"mean","label_smoothing":0.0,"softcap":0.0,"z_loss":0.0,"bias":false,"mode":"fwdbwd"},"config":{"block_size":2048,"v_chunk":0,"row_chunk":512,"threads":256,"rows_per_block":1,"dw_acc_fp32":true,"dx_acc_fp32":true,"fused":false},"stats":{"median_ms":10.5,"p20_ms":10.4,"p80_ms":10.7,"samples":40,"spread":0.03},"default_ms":12.0,"speedup":1.14,"celtune_version":"0.1.0","kernel_hash":"abc","cublaslt":"13.0.0","created_at":"2026-11-22T00:00:00Z"}
 JL
-sed 's/"median_ms":10.5/"median_ms":9.5/; s/"block_size":2048/"block_size":1024/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
+sed 's/"median_ms":10.5/"median_ms":9.5/; s/"p20_ms":10.4/"p20_ms":9.4/; s/"block_size":2048/"block_size":1024/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
 expect 0 "db import" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/in.jsonl"
 expect 0 "db list" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "GTX fictional" "db list shows the entry"
@@ -144,16 +158,7 @@ contains out "1 best configs" "a failed import lost nothing"
 # A database locked by another writer past the busy timeout: tune says so and
 # exits 3; what was stored stays; readers (lookup) are not blocked.
 before=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
-python3 - "$tmp/t.sqlite" "$tmp/locked" <<'PY' &
-import sqlite3, sys, time, os
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
-con.execute("BEGIN EXCLUSIVE")
-open(sys.argv[2], "w").close()
-time.sleep(6)
-con.execute("ROLLBACK")
-PY
-locker=$!
-for _ in $(seq 50); do [ -e "$tmp/locked" ] && break; sleep 0.1; done
+hold_lock "$tmp/t.sqlite" 6
 CELTUNE_BUSY_TIMEOUT_MS=300 expect 3 "tune into a locked database" -- env CELTUNE_BUSY_TIMEOUT_MS=300 \
   "$celtune" tune --device cpu --shape 40,16,600 --dtype fp32 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3
 contains err "locked" "the message says the database is locked"
@@ -163,6 +168,91 @@ after=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
 [ "$before" = "$after" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the locked database changed"; }
 # A location where no file can be created.
 expect 3 "tune into an uncreatable path" -- "$celtune" tune --device cpu --shape 8,16,200 --db /proc/celtune-test.sqlite
+
+# Issue 12: a rollback-journal database (as the shipped one is) with a write
+# lock held elsewhere: import waits the one busy deadline, then exit 3 naming
+# the lock, nothing lost (it used to abort on an uncaught Busy at open).
+cp "$tmp/a.sqlite" "$tmp/rj.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$tmp/rj.sqlite"
+before=$(md5sum <"$tmp/rj.sqlite")
+hold_lock "$tmp/rj.sqlite" 4
+start=$(date +%s%N)
+expect 3 "import into a locked rollback-journal database" -- env CELTUNE_BUSY_TIMEOUT_MS=600 \
+  "$celtune" db --db "$tmp/rj.sqlite" import "$tmp/faster.jsonl"
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+contains err "locked" "the busy-at-open message names the lock"
+# One total deadline (600 ms), not one per attempt: well under 4 x 600 ms.
+[ "$elapsed_ms" -lt 2000 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: busy wait took $elapsed_ms ms for a 600 ms deadline"; }
+expect 3 "tune into a locked rollback-journal database" -- env CELTUNE_BUSY_TIMEOUT_MS=300 \
+  "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/rj.sqlite" --min-runs 3 --max-runs 3
+wait $locker
+[ "$before" = "$(md5sum <"$tmp/rj.sqlite")" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the locked database changed"; }
+expect 2 "malformed CELTUNE_BUSY_TIMEOUT_MS" -- env CELTUNE_BUSY_TIMEOUT_MS=abc "$celtune" db --db "$tmp/a.sqlite" list
+contains err "CELTUNE_BUSY_TIMEOUT_MS" "the message names the variable"
+
+# A foreign SQLite file: refused before any setting changes (no WAL switch).
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('CREATE TABLE t(x)'); c.commit(); c.close()" "$tmp/foreign.sqlite"
+cp "$tmp/foreign.sqlite" "$tmp/foreign.copy"
+expect 3 "tune into a foreign sqlite file" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/foreign.sqlite"
+contains err "refusing to touch it" "the foreign file is named as such"
+cmp -s "$tmp/foreign.sqlite" "$tmp/foreign.copy" && [ ! -e "$tmp/foreign.sqlite-wal" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a foreign sqlite file was changed"; }
+mkdir "$tmp/dir.sqlite"
+expect 3 "a directory as the database" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/dir.sqlite"
+contains err "is a directory" "a directory is named as one, not a disk I/O error"
+
+# db export -o: never over the input database, a symlink, a FIFO or a device;
+# a failed export leaves OUT as it was.
+cp "$tmp/a.sqlite" "$tmp/keep.sqlite"
+expect 2 "export over its own database" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a.sqlite"
+cmp -s "$tmp/a.sqlite" "$tmp/keep.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export replaced its own database"; }
+echo precious >"$tmp/precious" && ln -s "$tmp/precious" "$tmp/link"
+expect 2 "export to a symlink" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/link"
+grep -qx precious "$tmp/precious" && [ -L "$tmp/link" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export followed a symlink"; }
+mkfifo "$tmp/fifo"
+expect 2 "export to a FIFO" -- timeout 10 "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/fifo"
+expect 2 "export to a device" -- "$celtune" db --db "$tmp/a.sqlite" export -o /dev/full
+[ -z "$(ls "$tmp" | grep -E '\.(jsonl|fifo|link)\.' )" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export left a temporary file"; ls "$tmp"; }
+# --db after the verb, as tune and lookup take it.
+expect 0 "db list --db after the verb" -- "$celtune" db list --db "$tmp/a.sqlite"
+contains out "GTX fictional" "db list --db reads that database"
+expect 0 "db export --db after the verb" -- "$celtune" db export --db "$tmp/a.sqlite"
+expect 2 "--db twice, different files" -- "$celtune" db --db "$tmp/a.sqlite" list --db "$tmp/b.sqlite"
+
+# Write errors reach the exit code (a full disk).
+if [ -w /dev/full ]; then
+  for cmd in "db --db $tmp/a.sqlite export" "db --db $tmp/a.sqlite list" \
+             "lookup --device cpu --shape 48,16,700 --db $tmp/t.sqlite" "validate --device cpu --shape 4,8,100 --json"; do
+    # shellcheck disable=SC2086
+    expect 3 "$cmd > /dev/full" -- bash -c "\"\$0\" $cmd >/dev/full" "$celtune"
+  done
+fi
+
+# db import checks every record: impossible timings, p20 > median, a config the
+# kernels refuse, an unknown family; the whole file is refused, naming the line.
+cp "$tmp/b.sqlite" "$tmp/b.keep"
+for bad in 's/"median_ms":10.5/"median_ms":-1/' 's/"median_ms":10.5/"median_ms":0/' 's/"p20_ms":10.4/"p20_ms":11/' \
+           's/"block_size":2048/"block_size":48/' 's/"family":"flce"/"family":"xce"/' 's/"samples":40/"samples":0/'; do
+  { cat "$tmp/faster.jsonl"; sed "$bad" "$tmp/in.jsonl"; } >"$tmp/bad.jsonl"
+  expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp/bad.jsonl"
+  contains err "line 2" "the refusal names the line ($bad)"
+done
+expect 3 "import a directory" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp"
+cmp -s "$tmp/b.sqlite" "$tmp/b.keep" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused import changed the database"; }
+
+# db merge is all or nothing: a B that is no database leaves OUT as it was, and
+# a new OUT is not left behind.
+cp "$tmp/m.sqlite" "$tmp/m.keep"
+expect 3 "merge with a junk input into an existing OUT" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/junk.copy" -o "$tmp/m.sqlite"
+[ "$("$celtune" db --db "$tmp/m.sqlite" export | md5sum)" = "$("$celtune" db --db "$tmp/m.keep" export | md5sum)" ] \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge changed OUT"; }
+expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/junk.copy" -o "$tmp/new-m.sqlite"
+[ -z "$(ls "$tmp" | grep '^new-m')" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge left a new OUT"; }
+
+# report: an output path that is a file, an unknown --problem.
+expect 3 "report -o a file" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/precious"
+contains err "output folder" "report says the output is not a folder"
+expect 2 "report --problem nonsense" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report3" --problem nonsense
 
 # A database in a read-only directory (a deployment's read-only mount): lookup
 # reads it, tune exits 3 and changes nothing, and no new file appears. Root

@@ -254,6 +254,53 @@ expect 3 "report -o a file" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/p
 contains err "output folder" "report says the output is not a folder"
 expect 2 "report --problem nonsense" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report3" --problem nonsense
 
+# Sizes that overflow: one checked-size rule, exit 2 naming the limit, in every command.
+for cmd in validate "lookup --db $tmp/size.sqlite" "tune --db $tmp/size.sqlite" bench; do
+  # shellcheck disable=SC2086
+  expect 2 "$cmd: N x V overflows int64" -- "$celtune" $cmd --device cpu --shape 4611686018427387904,16,500
+  contains err "too large" "$cmd names the size limit"
+done
+expect 2 "a 1e12-token shape" -- "$celtune" validate --device cpu --shape 1000000000000,32,2000
+contains err "2^48 bytes" "the limit is stated"
+[ ! -e "$tmp/size.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune created its database"; }
+
+# Conflicting or out-of-range options: exit 2 with a message, or the documented winner.
+expect 2 "--shape with --model" -- "$celtune" lookup --device cpu --shape 4,8,100 --model llama3-8b
+expect 2 "--shape with --tokens" -- "$celtune" lookup --device cpu --shape 4,8,100 --tokens 8
+expect 2 "--shape with --vocab" -- "$celtune" lookup --device cpu --shape 4,8,100 --vocab 300
+expect 0 "--softcap 0 wins over the preset's" -- "$celtune" lookup --device cpu --model gemma2-2b --tokens 64 --softcap 0
+contains out ":cap0:" "an explicit --softcap 0 turns the preset's softcap off"
+expect 2 "--all-configs with --from-db" -- "$celtune" validate --device cpu --all-configs --from-db "$tmp/t.sqlite"
+expect 2 "--min-runs above --max-runs" -- "$celtune" tune --device cpu --shape 8,16,200 --min-runs 50 --max-runs 10 --db "$tmp/x.sqlite"
+expect 2 "--budget 0" -- "$celtune" tune --device cpu --shape 8,16,200 --budget 0 --db "$tmp/x.sqlite"
+expect 2 "--ignore-index beyond int64" -- "$celtune" lookup --device cpu --shape 4,8,100 --ignore-index 99999999999999999999
+contains err "out of range" "the ignore-index message says out of range"
+expect 2 "--softcap -1" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -1
+[ "$(wc -c <"$tmp/err")" -lt 200 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the softcap message is $(wc -c <"$tmp/err") bytes"; }
+expect 2 "a zero vocabulary in --shape" -- "$celtune" validate --device cpu --shape 64,32,0
+contains err "vocab (V) must be positive" "a zero V is named as such"
+"$celtune" tune --help >"$tmp/out" 2>&1
+contains out "default both" "tune's --mode help says it does both"
+
+# The runtime reads where tune writes: with no --db and no CELTUNE_DB, a tune
+# into the user's database is what lookup finds (exact), including cpu rows.
+expect 0 "tune into the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" tune --device cpu \
+  --shape 8,16,200 --mode fwd --min-runs 3 --max-runs 3 --label-smoothing 0.1 --z-loss 1e-4
+test -s "$tmp/xdg/celtune/celtune.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune did not write the user's database"; }
+expect 0 "lookup finds the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" lookup --device cpu \
+  --shape 8,16,200 --mode fwd --label-smoothing 0.1 --z-loss 1e-4
+contains out "exact" "lookup reads the user's database by default"
+contains out "$tmp/xdg/celtune/celtune.sqlite" "lookup names the database the entry came from"
+
+# bench on the CPU says what it cannot do instead of printing zeros.
+expect 0 "bench on the cpu" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20
+contains err "ce rows skipped" "bench says why the ce rows are missing"
+if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench on the CPU claims an L2 flush"; else passes=$((passes + 1)); fi
+
+# Progress: a piped validate prints each case as it finishes (line by line).
+expect 0 "validate progress when piped" -- "$celtune" validate --device cpu --shape 5,16,300 --dtype bf16,fp32 --seed 1
+contains err "[1/2]" "validate reports progress per case on stderr"
+
 # A database in a read-only directory (a deployment's read-only mount): lookup
 # reads it, tune exits 3 and changes nothing, and no new file appears. Root
 # ignores file modes, so as root these commands run as nobody (setpriv).

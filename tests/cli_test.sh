@@ -308,15 +308,26 @@ ro="$tmp/ro"
 mkdir "$ro" && cp "$tmp/t.sqlite" "$ro/tuned.sqlite"
 chmod 711 "$tmp" && chmod 555 "$ro" && chmod 444 "$ro/tuned.sqlite"
 reader=()
-[ "$(id -u)" -eq 0 ] && reader=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+rocel=$celtune
+if [ "$(id -u)" -eq 0 ]; then
+  # nobody cannot reach the build tree when the clone sits in a private (0700)
+  # directory such as /root or a mktemp -d folder: run copies of the CLI and
+  # libceltune from $tmp (mode 711, the copies world-readable) instead.
+  mkdir "$tmp/bin" && cp "$celtune" "$tmp/bin/celtune"
+  lib=$(ldd "$celtune" | awk '/libceltune/ { print $3 }')
+  [ -n "$lib" ] && cp "$lib" "$tmp/bin/"
+  chmod 755 "$tmp/bin" && chmod a+rx "$tmp/bin"/*
+  rocel="$tmp/bin/celtune"
+  reader=(setpriv --reuid=65534 --regid=65534 --clear-groups env LD_LIBRARY_PATH="$tmp/bin")
+fi
 before=$(md5sum <"$ro/tuned.sqlite")
-expect 3 "tune into a read-only directory" -- "${reader[@]}" "$celtune" tune --device cpu --shape 48,16,700 \
+expect 3 "tune into a read-only directory" -- "${reader[@]}" "$rocel" tune --device cpu --shape 48,16,700 \
   --dtype bf16 --db "$ro/tuned.sqlite" --min-runs 3 --max-runs 3 --force
 contains err "readonly" "the message says the database is read-only"
-expect 3 "a new database in a read-only directory" -- "${reader[@]}" "$celtune" tune --device cpu --shape 8,16,200 \
+expect 3 "a new database in a read-only directory" -- "${reader[@]}" "$rocel" tune --device cpu --shape 8,16,200 \
   --db "$ro/new.sqlite"
 contains err "cannot open database" "the message names the failed open"
-expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$celtune" lookup --device cpu --shape 48,16,700 \
+expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$rocel" lookup --device cpu --shape 48,16,700 \
   --dtype bf16 --mode fwdbwd --db "$ro/tuned.sqlite"
 contains out "exact" "the stored config is found in a read-only directory"
 [ "$before" = "$(md5sum <"$ro/tuned.sqlite")" ] && [ ! -e "$ro/new.sqlite" ] && [ -z "$(ls "$ro" | grep -v '^tuned.sqlite$')" ] \

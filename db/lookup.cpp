@@ -1,6 +1,8 @@
 #include "lookup.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace celtune::db {
 
@@ -13,14 +15,22 @@ const char* to_string(Tier t) {
   return "?";
 }
 
-LookupResult lookup(const Store& s, const DeviceInfo& device, const Problem& p, const std::string& kernel_hash) {
+LookupResult lookup(const Store& s, const DeviceInfo& device, const Problem& p, const std::string& kernel_hash,
+                    const FitCheck& fits) {
   LookupResult r;
   // Candidates share everything but the token count (and maybe the device).
   const auto rows = s.best_for_shape(p);
-  const BestEntry* best[3] = {nullptr, nullptr, nullptr};
-  double best_dist[3] = {INFINITY, INFINITY, INFINITY};
+  struct Candidate {
+    int tier;
+    double dist;
+    const BestEntry* entry;
+  };
+  std::vector<Candidate> cands;
+  const std::string key = p.key();
   for (const BestEntry& e : rows) {
-    if (e.problem.with_tokens(p.tokens) != p) continue;  // other loss options
+    // By key, not by ==: a C API problem's float options equal the CLI's
+    // doubles only in their canonical spelling.
+    if (e.problem.with_tokens(p.tokens).key() != key) continue;  // other loss options
     const bool same_device = e.device.name == device.name && e.device.arch == device.arch;
     const bool same_arch = e.device.arch == device.arch;
     if (!same_device && !same_arch) continue;
@@ -36,14 +46,23 @@ LookupResult lookup(const Store& s, const DeviceInfo& device, const Problem& p, 
       continue;
     }
     const double dist = std::fabs(std::log(static_cast<double>(e.problem.tokens) / static_cast<double>(p.tokens)));
-    const int tier = same_device ? (dist == 0 ? 0 : 1) : 2;
-    if (dist < best_dist[tier]) best_dist[tier] = dist, best[tier] = &e;
+    cands.push_back({same_device ? (dist == 0 ? 0 : 1) : 2, dist, &e});
   }
-  for (int t = 0; t < 3; ++t)
-    if (best[t]) {
-      r.hit = LookupHit{static_cast<Tier>(t), *best[t]};
-      break;
+  // Tier first, then the nearest token count; stable keeps the store's order on ties.
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const Candidate& a, const Candidate& b) { return std::tie(a.tier, a.dist) < std::tie(b.tier, b.dist); });
+  for (const Candidate& c : cands) {
+    const auto tier = static_cast<Tier>(c.tier);
+    if (fits) {
+      if (std::string why = fits(*c.entry, tier, p); !why.empty()) {
+        r.skipped.push_back(c.entry->device.name + " " + c.entry->problem.key() + " (" + to_string(tier) +
+                            "): " + why);
+        continue;
+      }
     }
+    r.hit = LookupHit{tier, *c.entry};
+    break;
+  }
   return r;
 }
 

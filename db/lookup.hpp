@@ -4,8 +4,12 @@
 //   same-arch  another device of the same sm architecture (exact key, else nearest)
 // Entries measured with another kernel build (source hash) or, when they carry
 // tuned cuBLASLt algorithms, another cuBLASLt version are skipped, and said so.
+// A candidate the caller's `fits` refuses (a borrowed config whose scratch or
+// alignment does not suit the target problem) is skipped with its reason, and
+// the next candidate, then the next tier, is tried.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +32,10 @@ struct LookupResult {
   std::vector<std::string> skipped;  // entries passed over, with the reason
 };
 
-LookupResult lookup(const Store& s, const DeviceInfo& device, const Problem& p, const std::string& kernel_hash);
+// Returns "" when entry's config may serve p at tier t, else the reason not.
+using FitCheck = std::function<std::string(const BestEntry& entry, Tier t, const Problem& p)>;
+
+LookupResult lookup(const Store& s, const DeviceInfo& device, const Problem& p, const std::string& kernel_hash,
+                    const FitCheck& fits = {});
 
 }  // namespace celtune::db

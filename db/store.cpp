@@ -3,7 +3,10 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -123,7 +126,28 @@ std::string file_uri(const std::string& path, const char* query) {
 }
 }  // namespace
 
-Store::Store(const std::string& path, Access access) : path_(path), access_(access) {
+int busy_timeout_ms() {
+  // One total wait for another writer's lock, per open and per write
+  // transaction (documented as 10 s). A malformed value is the caller's mistake,
+  // not a reason to wait 0 ms silently.
+  const char* e = std::getenv("CELTUNE_BUSY_TIMEOUT_MS");
+  if (!e || !*e) return 10000;
+  int v = -1;
+  const char* end = e + std::strlen(e);
+  auto r = std::from_chars(e, end, v);
+  if (r.ec != std::errc() || r.ptr != end || v < 0)
+    fail_usage(std::string("CELTUNE_BUSY_TIMEOUT_MS='") + e + "': expected a whole number of milliseconds ≥ 0");
+  return v;
+}
+
+Store::Store(const std::string& path, Access access) : path_(path), access_(access), busy_ms_(busy_timeout_ms()) {
+  // SQLite answers a directory or a device node with "disk I/O error" at the
+  // first read; say what is wrong instead.
+  std::error_code fec;
+  const auto st = std::filesystem::status(path, fec);
+  if (!fec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    fail_env("database " + path + " is not a regular file" +
+             (std::filesystem::is_directory(st) ? " (it is a directory)" : ""));
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   std::string name = path;
   if (access == Access::read_only) {
@@ -144,17 +168,51 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
     fail_env("cannot open database " + path + ": " + m);
   }
   try {
-    // Another tuner may hold the write lock for a while; wait for it rather than
-    // fail (CELTUNE_BUSY_TIMEOUT_MS, default 10 s; the tests shorten it).
-    int busy_ms = 10000;
-    if (const char* e = std::getenv("CELTUNE_BUSY_TIMEOUT_MS"); e && *e) busy_ms = std::max(0, std::atoi(e));
-    sqlite3_busy_timeout(db_, busy_ms);
-    exec(db_, path_, "PRAGMA foreign_keys = ON");
-    migrate();
+    // The opening statements (schema check, WAL switch, migration) meet another
+    // writer's lock too: a rollback-journal file being written, or several
+    // processes creating the same new file. They retry under the same deadline
+    // as a write instead of escaping as an uncaught Busy.
+    retry_busy([&] {
+      exec(db_, path_, "PRAGMA foreign_keys = ON");
+      migrate();
+    });
   } catch (...) {
     sqlite3_close(db_);
     db_ = nullptr;
     throw;
+  }
+}
+
+[[noreturn]] void Store::fail_locked() const {
+  fail_env("database " + path_ + " stayed locked by another process past the busy timeout (" +
+           std::to_string(busy_ms_) + " ms, CELTUNE_BUSY_TIMEOUT_MS); this operation made no change and nothing "
+           "stored before it was lost");
+}
+
+void Store::retry_busy(const std::function<void()>& fn) {
+  using Clock = std::chrono::steady_clock;
+  // Nested inside another retry (migrate's write within the open): let the
+  // outermost loop own the one deadline, so waits never add up.
+  if (deadline_) {
+    fn();
+    return;
+  }
+  deadline_ = Clock::now() + std::chrono::milliseconds(busy_ms_);
+  struct Reset {
+    std::optional<Clock::time_point>& d;
+    ~Reset() { d.reset(); }
+  } reset{deadline_};
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - Clock::now()).count();
+    // SQLite's own wait gets only what is left of the deadline.
+    sqlite3_busy_timeout(db_, static_cast<int>(std::max<int64_t>(0, left)));
+    try {
+      fn();
+      return;
+    } catch (const Stmt::Busy&) {
+      if (Clock::now() >= *deadline_) fail_locked();
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::clamp<int64_t>(left / 10, 1, 50)));
+    }
   }
 }
 
@@ -183,6 +241,13 @@ void Store::migrate() {
     fail_env("database " + path_ + (version == 0 ? " is not a celtune database (no schema)"
                                                  : " has an old schema and is opened read-only"));
   }
+  // A file with tables but no celtune version is someone else's: refuse before
+  // changing any setting of it (the WAL switch below rewrites its header).
+  if (version == 0) {
+    Stmt t(db_, path_, "SELECT count(*) FROM sqlite_master");
+    if (t.step() && t.i64(0) != 0)
+      fail_env("database " + path_ + " holds tables but no celtune schema version; refusing to touch it");
+  }
   // WAL lets the runtime read while a tuner writes; set once, it sticks to the file.
   exec(db_, path_, "PRAGMA journal_mode = WAL");
   write([&] {
@@ -208,38 +273,21 @@ void Store::write(const std::function<void()>& fn) {
     return;
   }
   // BEGIN IMMEDIATE takes the write lock up front, so a transaction never has to
-  // upgrade (and deadlock) halfway. The busy timeout waits inside SQLite; this
-  // loop retries the whole transaction a few times if that wait still ends busy.
-  constexpr int kAttempts = 4;
-  for (int attempt = 0;; ++attempt) {
-    try {
-      exec(db_, path_, "BEGIN IMMEDIATE");
-    } catch (const Stmt::Busy&) {
-      if (attempt + 1 >= kAttempts)
-        fail_env("database " + path_ + " stayed locked by another writer past the busy timeout; this write was not "
-                 "made and nothing stored before it was lost");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
-      continue;
-    }
+  // upgrade (and deadlock) halfway. A busy statement rolls the whole transaction
+  // back and retry_busy runs it again until the one deadline passes.
+  retry_busy([&] {
+    exec(db_, path_, "BEGIN IMMEDIATE");
     ++tx_depth_;
     try {
       fn();
       exec(db_, path_, "COMMIT");
       --tx_depth_;
-      return;
-    } catch (const Stmt::Busy&) {
-      --tx_depth_;
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      if (attempt + 1 >= kAttempts)
-        fail_env("database " + path_ + " stayed locked by another writer past the busy timeout; this write was not "
-                 "made and nothing stored before it was lost");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt + 1)));
     } catch (...) {
       --tx_depth_;
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
-  }
+  });
 }
 
 int64_t Store::device_id(const DeviceInfo& d) {
@@ -434,9 +482,42 @@ void export_jsonl(const Store& s, std::ostream& out) {
   }
 }
 
+namespace {
+// A record that would poison the database: a median of 0 or -1 wins every later
+// import and merge, and a config the kernels refuse would be served at run time.
+// Failed measurements carry a reason and no timing, so only their identity is
+// checked.
+void check_stats(const Stats& t) {
+  auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!positive(t.median_ms) || !positive(t.p20_ms) || !positive(t.p80_ms))
+    fail_usage("times must be positive and finite (median " + format_double(t.median_ms) + ", p20 " +
+               format_double(t.p20_ms) + ", p80 " + format_double(t.p80_ms) + ")");
+  if (!(t.p20_ms <= t.median_ms && t.median_ms <= t.p80_ms))
+    fail_usage("p20 ≤ median ≤ p80 does not hold (" + format_double(t.p20_ms) + ", " + format_double(t.median_ms) +
+               ", " + format_double(t.p80_ms) + ")");
+  if (t.samples < 1) fail_usage("samples must be ≥ 1, got " + std::to_string(t.samples));
+}
+}  // namespace
+
+void check_record(const BestEntry& b) {
+  b.problem.validate();
+  validate_config(b.problem, b.config);
+  check_stats(b.stats);
+  if (!std::isfinite(b.default_ms) || b.default_ms < 0) fail_usage("default_ms must be finite and ≥ 0");
+}
+
+void check_record(const Measurement& m) {
+  m.problem.validate();
+  if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
+  if (m.status == "ok") {
+    validate_config(m.problem, m.config);
+    check_stats(m.stats);
+  }
+}
+
 ImportCounts import_jsonl(Store& s, std::istream& in) {
   ImportCounts n;
-  // Parse everything first, so a bad line leaves the database untouched.
+  // Parse and check everything first, so a bad line leaves the database untouched.
   std::vector<BestEntry> best;
   std::vector<Measurement> meas;
   int64_t line_no = 0;
@@ -448,22 +529,20 @@ ImportCounts import_jsonl(Store& s, std::istream& in) {
       const auto kind = j.at("record").get<std::string>();
       if (kind == "best") {
         best.push_back(j.get<BestEntry>());
-        best.back().problem.validate();
-        validate_config(best.back().problem, best.back().config);
+        check_record(best.back());
       } else if (kind == "measurement") {
         meas.push_back(j.get<Measurement>());
-        meas.back().problem.validate();
-        if (meas.back().status != "ok" && meas.back().status != "failed")
-          fail_usage("status must be 'ok' or 'failed'");
+        check_record(meas.back());
       } else {
         fail_usage("unknown record kind '" + kind + "'");
       }
     } catch (const nlohmann::json::exception& e) {
-      fail_usage("import line " + std::to_string(line_no) + ": " + e.what());
+      fail_usage("import line " + std::to_string(line_no) + ": " + e.what() + "; nothing was imported");
     } catch (const Error& e) {
-      fail_usage("import line " + std::to_string(line_no) + ": " + e.what());
+      fail_usage("import line " + std::to_string(line_no) + ": " + e.what() + "; nothing was imported");
     }
   }
+  if (in.bad()) fail_env("error reading the import file; nothing was imported");
   s.write([&] {
     for (const auto& m : meas) s.record(m), ++n.measurements;
     for (const auto& b : best) n.best_kept += s.offer_best(b), ++n.best_offered;

@@ -7,6 +7,7 @@
 // tuners lose nothing. A database that cannot be used throws Error(environment).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <iosfwd>
 #include <memory>
@@ -60,12 +61,22 @@ class Store {
   int64_t problem_id(const Problem& p);
   int64_t config_id(const KernelConfig& c);
   void migrate();
+  // Runs fn, retrying it whole while another process holds the lock, until one
+  // deadline (busy_ms_ from the first try) passes; then Error(environment)
+  // naming the lock. Nested calls share the outermost deadline.
+  void retry_busy(const std::function<void()>& fn);
+  [[noreturn]] void fail_locked() const;
 
   std::string path_;
   Access access_;
   sqlite3* db_ = nullptr;
   int tx_depth_ = 0;
+  int busy_ms_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
+
+// CELTUNE_BUSY_TIMEOUT_MS, default 10000; Error(usage) when malformed.
+int busy_timeout_ms();
 
 // One JSON object per line: {"record":"best",…} or {"record":"measurement",…},
 // sorted, so that an export is a stable, reviewable text file.
@@ -74,6 +85,12 @@ void export_jsonl(const Store& s, std::ostream& out);
 struct ImportCounts {
   int64_t best_offered = 0, best_kept = 0, measurements = 0;
 };
+// Error(usage) naming what is impossible in a record: a problem or config that
+// fails validation, times that are not positive and finite, p20 ≤ median ≤ p80
+// broken. Import checks every line with these; nothing else writes foreign rows.
+void check_record(const BestEntry& b);
+void check_record(const Measurement& m);
+
 // All or nothing: a malformed line throws Error(usage) naming its line number and
 // nothing from the file is stored.
 ImportCounts import_jsonl(Store& s, std::istream& in);

@@ -28,7 +28,11 @@ build fuzz_cli "${model[@]}" src/cli/problem_args.cpp
 # Seeds: a real export line, real configs, real command lines.
 printf '%s\n' '{"block_size":2048,"v_chunk":8192,"row_chunk":1024,"threads":256,"dw_acc_fp32":false}' >"$out/seed_config"
 head -3 db/tuned/*.jsonl >"$out/seed_import"
+# Issue 12: a record whose median is -1 (it used to be stored and win every merge).
+head -1 db/tuned/*.jsonl | sed 's/"median_ms":[0-9.e-]*/"median_ms":-1/' >>"$out/seed_import"
 printf -- '--shape\0004096,4096,128256\0--dtype\000bf16,fp32\0--label-smoothing\0000.1' >"$out/seed_cli"
+# Issue 12: a shape whose N x V overflows int64.
+printf -- '\0--shape\0004611686018427387904,16,500' >>"$out/seed_cli"
 status=0
 for t in fuzz_import fuzz_config fuzz_cli; do
   seed=$out/seed_${t#fuzz_}

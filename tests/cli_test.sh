@@ -25,6 +25,20 @@ contains() {  # contains FILE TEXT description
     fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; sed 's/^/  | /' "$tmp/$1" | tail -10; fi
 }
 
+hold_lock() {  # hold_lock DB SECONDS: another writer's exclusive lock, held in the background ($locker)
+  rm -f "$tmp/locked"
+  python3 - "$1" "$tmp/locked" "$2" <<'PY' &
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
+con.execute("BEGIN EXCLUSIVE")
+open(sys.argv[2], "w").close()
+time.sleep(float(sys.argv[3]))
+con.execute("ROLLBACK")
+PY
+  locker=$!
+  for _ in $(seq 50); do [ -e "$tmp/locked" ] && break; sleep 0.1; done
+}
+
 expect 0 "version" -- "$celtune" --version
 contains out "celtune " "version text"
 expect 0 "help" -- "$celtune" --help
@@ -127,7 +141,7 @@ cmp -s "$tmp/junk.sqlite" "$tmp/junk.copy" && passes=$((passes + 1)) || { fails=
 cat >"$tmp/in.jsonl" <<'JL'
 {"record":"best","device":{"name":"GTX fictional","arch":"sm_90","sm_count":132,"memory_bytes":85899345920,"driver":"580.1","runtime":"13.0","cublaslt":"13.0.0","cublaslt_version":130000},"problem":{"family":"flce","tokens":4096,"hidden":4096,"vocab":128256,"dtype":"bf16","target_type":"int64","ignore_index":-100,"reduction":"mean","label_smoothing":0.0,"softcap":0.0,"z_loss":0.0,"bias":false,"mode":"fwdbwd"},"config":{"block_size":2048,"v_chunk":0,"row_chunk":512,"threads":256,"rows_per_block":1,"dw_acc_fp32":true,"dx_acc_fp32":true,"fused":false},"stats":{"median_ms":10.5,"p20_ms":10.4,"p80_ms":10.7,"samples":40,"spread":0.03},"default_ms":12.0,"speedup":1.14,"celtune_version":"0.1.0","kernel_hash":"abc","cublaslt":"13.0.0","created_at":"2026-11-22T00:00:00Z"}
 JL
-sed 's/"median_ms":10.5/"median_ms":9.5/; s/"block_size":2048/"block_size":1024/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
+sed 's/"median_ms":10.5/"median_ms":9.5/; s/"p20_ms":10.4/"p20_ms":9.4/; s/"block_size":2048/"block_size":1024/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
 expect 0 "db import" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/in.jsonl"
 expect 0 "db list" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "GTX fictional" "db list shows the entry"
@@ -144,16 +158,7 @@ contains out "1 best configs" "a failed import lost nothing"
 # A database locked by another writer past the busy timeout: tune says so and
 # exits 3; what was stored stays; readers (lookup) are not blocked.
 before=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
-python3 - "$tmp/t.sqlite" "$tmp/locked" <<'PY' &
-import sqlite3, sys, time, os
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
-con.execute("BEGIN EXCLUSIVE")
-open(sys.argv[2], "w").close()
-time.sleep(6)
-con.execute("ROLLBACK")
-PY
-locker=$!
-for _ in $(seq 50); do [ -e "$tmp/locked" ] && break; sleep 0.1; done
+hold_lock "$tmp/t.sqlite" 6
 CELTUNE_BUSY_TIMEOUT_MS=300 expect 3 "tune into a locked database" -- env CELTUNE_BUSY_TIMEOUT_MS=300 \
   "$celtune" tune --device cpu --shape 40,16,600 --dtype fp32 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3
 contains err "locked" "the message says the database is locked"
@@ -164,6 +169,138 @@ after=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
 # A location where no file can be created.
 expect 3 "tune into an uncreatable path" -- "$celtune" tune --device cpu --shape 8,16,200 --db /proc/celtune-test.sqlite
 
+# Issue 12: a rollback-journal database (as the shipped one is) with a write
+# lock held elsewhere: import waits the one busy deadline, then exit 3 naming
+# the lock, nothing lost (it used to abort on an uncaught Busy at open).
+cp "$tmp/a.sqlite" "$tmp/rj.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$tmp/rj.sqlite"
+before=$(md5sum <"$tmp/rj.sqlite")
+hold_lock "$tmp/rj.sqlite" 4
+start=$(date +%s%N)
+expect 3 "import into a locked rollback-journal database" -- env CELTUNE_BUSY_TIMEOUT_MS=600 \
+  "$celtune" db --db "$tmp/rj.sqlite" import "$tmp/faster.jsonl"
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+contains err "locked" "the busy-at-open message names the lock"
+# One total deadline (600 ms), not one per attempt: well under 4 x 600 ms.
+[ "$elapsed_ms" -lt 2000 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: busy wait took $elapsed_ms ms for a 600 ms deadline"; }
+expect 3 "tune into a locked rollback-journal database" -- env CELTUNE_BUSY_TIMEOUT_MS=300 \
+  "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/rj.sqlite" --min-runs 3 --max-runs 3
+wait $locker
+[ "$before" = "$(md5sum <"$tmp/rj.sqlite")" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the locked database changed"; }
+expect 2 "malformed CELTUNE_BUSY_TIMEOUT_MS" -- env CELTUNE_BUSY_TIMEOUT_MS=abc "$celtune" db --db "$tmp/a.sqlite" list
+contains err "CELTUNE_BUSY_TIMEOUT_MS" "the message names the variable"
+
+# A foreign SQLite file: refused before any setting changes (no WAL switch).
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('CREATE TABLE t(x)'); c.commit(); c.close()" "$tmp/foreign.sqlite"
+cp "$tmp/foreign.sqlite" "$tmp/foreign.copy"
+expect 3 "tune into a foreign sqlite file" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/foreign.sqlite"
+contains err "refusing to touch it" "the foreign file is named as such"
+cmp -s "$tmp/foreign.sqlite" "$tmp/foreign.copy" && [ ! -e "$tmp/foreign.sqlite-wal" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a foreign sqlite file was changed"; }
+mkdir "$tmp/dir.sqlite"
+expect 3 "a directory as the database" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/dir.sqlite"
+contains err "is a directory" "a directory is named as one, not a disk I/O error"
+
+# db export -o: never over the input database, a symlink, a FIFO or a device;
+# a failed export leaves OUT as it was.
+cp "$tmp/a.sqlite" "$tmp/keep.sqlite"
+expect 2 "export over its own database" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a.sqlite"
+cmp -s "$tmp/a.sqlite" "$tmp/keep.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export replaced its own database"; }
+echo precious >"$tmp/precious" && ln -s "$tmp/precious" "$tmp/link"
+expect 2 "export to a symlink" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/link"
+grep -qx precious "$tmp/precious" && [ -L "$tmp/link" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export followed a symlink"; }
+mkfifo "$tmp/fifo"
+expect 2 "export to a FIFO" -- timeout 10 "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/fifo"
+expect 2 "export to a device" -- "$celtune" db --db "$tmp/a.sqlite" export -o /dev/full
+[ -z "$(ls "$tmp" | grep -E '\.(jsonl|fifo|link)\.' )" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export left a temporary file"; ls "$tmp"; }
+# --db after the verb, as tune and lookup take it.
+expect 0 "db list --db after the verb" -- "$celtune" db list --db "$tmp/a.sqlite"
+contains out "GTX fictional" "db list --db reads that database"
+expect 0 "db export --db after the verb" -- "$celtune" db export --db "$tmp/a.sqlite"
+expect 2 "--db twice, different files" -- "$celtune" db --db "$tmp/a.sqlite" list --db "$tmp/b.sqlite"
+
+# Write errors reach the exit code (a full disk).
+if [ -w /dev/full ]; then
+  for cmd in "db --db $tmp/a.sqlite export" "db --db $tmp/a.sqlite list" \
+             "lookup --device cpu --shape 48,16,700 --db $tmp/t.sqlite" "validate --device cpu --shape 4,8,100 --json"; do
+    # shellcheck disable=SC2086
+    expect 3 "$cmd > /dev/full" -- bash -c "\"\$0\" $cmd >/dev/full" "$celtune"
+  done
+fi
+
+# db import checks every record: impossible timings, p20 > median, a config the
+# kernels refuse, an unknown family; the whole file is refused, naming the line.
+cp "$tmp/b.sqlite" "$tmp/b.keep"
+for bad in 's/"median_ms":10.5/"median_ms":-1/' 's/"median_ms":10.5/"median_ms":0/' 's/"p20_ms":10.4/"p20_ms":11/' \
+           's/"block_size":2048/"block_size":48/' 's/"family":"flce"/"family":"xce"/' 's/"samples":40/"samples":0/'; do
+  { cat "$tmp/faster.jsonl"; sed "$bad" "$tmp/in.jsonl"; } >"$tmp/bad.jsonl"
+  expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp/bad.jsonl"
+  contains err "line 2" "the refusal names the line ($bad)"
+done
+expect 3 "import a directory" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp"
+cmp -s "$tmp/b.sqlite" "$tmp/b.keep" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused import changed the database"; }
+
+# db merge is all or nothing: a B that is no database leaves OUT as it was, and
+# a new OUT is not left behind.
+cp "$tmp/m.sqlite" "$tmp/m.keep"
+expect 3 "merge with a junk input into an existing OUT" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/junk.copy" -o "$tmp/m.sqlite"
+[ "$("$celtune" db --db "$tmp/m.sqlite" export | md5sum)" = "$("$celtune" db --db "$tmp/m.keep" export | md5sum)" ] \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge changed OUT"; }
+expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/junk.copy" -o "$tmp/new-m.sqlite"
+[ -z "$(ls "$tmp" | grep '^new-m')" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge left a new OUT"; }
+
+# report: an output path that is a file, an unknown --problem.
+expect 3 "report -o a file" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/precious"
+contains err "output folder" "report says the output is not a folder"
+expect 2 "report --problem nonsense" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report3" --problem nonsense
+
+# Sizes that overflow: one checked-size rule, exit 2 naming the limit, in every command.
+for cmd in validate "lookup --db $tmp/size.sqlite" "tune --db $tmp/size.sqlite" bench; do
+  # shellcheck disable=SC2086
+  expect 2 "$cmd: N x V overflows int64" -- "$celtune" $cmd --device cpu --shape 4611686018427387904,16,500
+  contains err "too large" "$cmd names the size limit"
+done
+expect 2 "a 1e12-token shape" -- "$celtune" validate --device cpu --shape 1000000000000,32,2000
+contains err "2^48 bytes" "the limit is stated"
+[ ! -e "$tmp/size.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune created its database"; }
+
+# Conflicting or out-of-range options: exit 2 with a message, or the documented winner.
+expect 2 "--shape with --model" -- "$celtune" lookup --device cpu --shape 4,8,100 --model llama3-8b
+expect 2 "--shape with --tokens" -- "$celtune" lookup --device cpu --shape 4,8,100 --tokens 8
+expect 2 "--shape with --vocab" -- "$celtune" lookup --device cpu --shape 4,8,100 --vocab 300
+expect 0 "--softcap 0 wins over the preset's" -- "$celtune" lookup --device cpu --model gemma2-2b --tokens 64 --softcap 0
+contains out ":cap0:" "an explicit --softcap 0 turns the preset's softcap off"
+expect 2 "--all-configs with --from-db" -- "$celtune" validate --device cpu --all-configs --from-db "$tmp/t.sqlite"
+expect 2 "--min-runs above --max-runs" -- "$celtune" tune --device cpu --shape 8,16,200 --min-runs 50 --max-runs 10 --db "$tmp/x.sqlite"
+expect 2 "--budget 0" -- "$celtune" tune --device cpu --shape 8,16,200 --budget 0 --db "$tmp/x.sqlite"
+expect 2 "--ignore-index beyond int64" -- "$celtune" lookup --device cpu --shape 4,8,100 --ignore-index 99999999999999999999
+contains err "out of range" "the ignore-index message says out of range"
+expect 2 "--softcap -1" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -1
+[ "$(wc -c <"$tmp/err")" -lt 200 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the softcap message is $(wc -c <"$tmp/err") bytes"; }
+expect 2 "a zero vocabulary in --shape" -- "$celtune" validate --device cpu --shape 64,32,0
+contains err "vocab (V) must be positive" "a zero V is named as such"
+"$celtune" tune --help >"$tmp/out" 2>&1
+contains out "default both" "tune's --mode help says it does both"
+
+# The runtime reads where tune writes: with no --db and no CELTUNE_DB, a tune
+# into the user's database is what lookup finds (exact), including cpu rows.
+expect 0 "tune into the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" tune --device cpu \
+  --shape 8,16,200 --mode fwd --min-runs 3 --max-runs 3 --label-smoothing 0.1 --z-loss 1e-4
+test -s "$tmp/xdg/celtune/celtune.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune did not write the user's database"; }
+expect 0 "lookup finds the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" lookup --device cpu \
+  --shape 8,16,200 --mode fwd --label-smoothing 0.1 --z-loss 1e-4
+contains out "exact" "lookup reads the user's database by default"
+contains out "$tmp/xdg/celtune/celtune.sqlite" "lookup names the database the entry came from"
+
+# bench on the CPU says what it cannot do instead of printing zeros.
+expect 0 "bench on the cpu" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20
+contains err "ce rows skipped" "bench says why the ce rows are missing"
+if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench on the CPU claims an L2 flush"; else passes=$((passes + 1)); fi
+
+# Progress: a piped validate prints each case as it finishes (line by line).
+expect 0 "validate progress when piped" -- "$celtune" validate --device cpu --shape 5,16,300 --dtype bf16,fp32 --seed 1
+contains err "[1/2]" "validate reports progress per case on stderr"
+
 # A database in a read-only directory (a deployment's read-only mount): lookup
 # reads it, tune exits 3 and changes nothing, and no new file appears. Root
 # ignores file modes, so as root these commands run as nobody (setpriv).
@@ -171,15 +308,26 @@ ro="$tmp/ro"
 mkdir "$ro" && cp "$tmp/t.sqlite" "$ro/tuned.sqlite"
 chmod 711 "$tmp" && chmod 555 "$ro" && chmod 444 "$ro/tuned.sqlite"
 reader=()
-[ "$(id -u)" -eq 0 ] && reader=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+rocel=$celtune
+if [ "$(id -u)" -eq 0 ]; then
+  # nobody cannot reach the build tree when the clone sits in a private (0700)
+  # directory such as /root or a mktemp -d folder: run copies of the CLI and
+  # libceltune from $tmp (mode 711, the copies world-readable) instead.
+  mkdir "$tmp/bin" && cp "$celtune" "$tmp/bin/celtune"
+  lib=$(ldd "$celtune" | awk '/libceltune/ { print $3 }')
+  [ -n "$lib" ] && cp "$lib" "$tmp/bin/"
+  chmod 755 "$tmp/bin" && chmod a+rx "$tmp/bin"/*
+  rocel="$tmp/bin/celtune"
+  reader=(setpriv --reuid=65534 --regid=65534 --clear-groups env LD_LIBRARY_PATH="$tmp/bin")
+fi
 before=$(md5sum <"$ro/tuned.sqlite")
-expect 3 "tune into a read-only directory" -- "${reader[@]}" "$celtune" tune --device cpu --shape 48,16,700 \
+expect 3 "tune into a read-only directory" -- "${reader[@]}" "$rocel" tune --device cpu --shape 48,16,700 \
   --dtype bf16 --db "$ro/tuned.sqlite" --min-runs 3 --max-runs 3 --force
 contains err "readonly" "the message says the database is read-only"
-expect 3 "a new database in a read-only directory" -- "${reader[@]}" "$celtune" tune --device cpu --shape 8,16,200 \
+expect 3 "a new database in a read-only directory" -- "${reader[@]}" "$rocel" tune --device cpu --shape 8,16,200 \
   --db "$ro/new.sqlite"
 contains err "cannot open database" "the message names the failed open"
-expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$celtune" lookup --device cpu --shape 48,16,700 \
+expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$rocel" lookup --device cpu --shape 48,16,700 \
   --dtype bf16 --mode fwdbwd --db "$ro/tuned.sqlite"
 contains out "exact" "the stored config is found in a read-only directory"
 [ "$before" = "$(md5sum <"$ro/tuned.sqlite")" ] && [ ! -e "$ro/new.sqlite" ] && [ -z "$(ls "$ro" | grep -v '^tuned.sqlite$')" ] \

@@ -10,11 +10,17 @@
  *      hidden, vocab, dtype, mode and loss options
  *   5. the database: another device of the same sm architecture
  *   6. the built-in default
- * The database is the path given to celtune_create, else $CELTUNE_DB, else
- * celtune.sqlite installed beside libceltune. A missing, unreadable, damaged,
- * locked or newer-schema database gives one warning on stderr and the defaults;
- * it is opened read-only and never written. CELTUNE_LOG=1 logs each problem's
- * config and its source once.
+ * The databases, in order: the path given to celtune_create, $CELTUNE_DB, the
+ * user's database ($XDG_DATA_HOME/celtune/celtune.sqlite, else
+ * ~/.local/share/celtune/celtune.sqlite, where `celtune tune` writes), and
+ * celtune.sqlite installed beside libceltune; the entry comes from the first
+ * that has one that fits (a borrowed config must fit the problem's scratch
+ * budget). Without a GPU, lookups answer for the CPU device. A missing,
+ * unreadable, damaged, locked or newer-schema database gives one warning on
+ * stderr and the next source; each is opened read-only and never written.
+ * A malformed CELTUNE_CONFIG fails every call with CELTUNE_ERROR_INVALID_ARGUMENT
+ * (it is never silently replaced). CELTUNE_LOG=1 logs each problem's config
+ * and its source once, whichever source it came from.
  *
  * Threads: a context may be shared by threads; calls on one context are
  * serialised by a lock inside it. For concurrency, use one context per thread.
@@ -38,7 +44,9 @@ typedef enum {
   CELTUNE_OK = 0,
   CELTUNE_ERROR_INVALID_ARGUMENT = 2, /* bad shape, option, pointer, config or target */
   CELTUNE_ERROR_ENVIRONMENT = 3,      /* CUDA or cuBLASLt error, no device, build without CUDA */
-  CELTUNE_ERROR_INTERNAL = 4
+  CELTUNE_ERROR_INTERNAL = 4,
+  CELTUNE_ERROR_BUFFER_TOO_SMALL = 5  /* an output buffer cannot hold the answer; celtune_last_error
+                                         says the size needed */
 } celtune_status;
 
 typedef enum { CELTUNE_BF16 = 0, CELTUNE_FP16 = 1, CELTUNE_FP32 = 2 } celtune_dtype;
@@ -98,7 +106,7 @@ typedef struct {
   const char* config_json;
 } celtune_ce_args;
 
-/* db_path: a database file, or NULL for $CELTUNE_DB, else the shipped one. */
+/* db_path: the first database to read, or NULL; then $CELTUNE_DB, the user's, the shipped one. */
 celtune_status celtune_create(celtune_context** ctx, const char* db_path);
 void celtune_destroy(celtune_context* ctx);
 
@@ -106,7 +114,10 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
 celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, celtune_stream stream);
 
 /* The config a call with these args would use (no kernel runs): its JSON and
- * its source tag (explicit, env, exact, nearest, same-arch, default). */
+ * its source tag (explicit, env, exact, nearest, same-arch, default). A buffer
+ * too small for either (NUL included) returns CELTUNE_ERROR_BUFFER_TOO_SMALL,
+ * the buffers hold a truncated, NUL-terminated prefix, and celtune_last_error
+ * names the sizes needed. Either buffer may be NULL to skip it. */
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
                                    char* tag, size_t tag_size);
 

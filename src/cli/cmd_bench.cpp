@@ -116,6 +116,8 @@ Action register_bench(CLI::App& app) {
           }
         }
       }
+      if (!a->no_ce && f.copy_gb_per_s <= 0)  // say so rather than drop the rows silently
+        std::cerr << "bench: ce rows skipped for " << p0.key() << ": no copy-bandwidth floor on " << dev.id << '\n';
       if (!a->no_ce && f.copy_gb_per_s > 0) {
         // ce on the N×V logits (for an flce problem: the logits it would have
         // materialised), forward against one read, forward+backward against one
@@ -180,12 +182,13 @@ Action register_bench(CLI::App& app) {
       t.add({r.kernel, r.provider, r.mode, std::to_string(r.p.tokens), std::to_string(r.p.hidden),
              std::to_string(r.p.vocab), std::string(to_string(r.p.dtype)), r.config, fmt("%.3f", r.stats.median_ms),
              fmt("%.3f", r.stats.p20_ms), fmt("%.3f", r.stats.p80_ms),
-             r.floor_ms > 0 ? fmt("%.3f", r.stats.median_ms / r.floor_ms) : "-", r.tflops > 0 ? fmt("%.0f", r.tflops) : "-",
+             r.floor_ms > 0 ? fmt("%.3f", r.stats.median_ms / r.floor_ms) : "-", r.tflops > 0 ? fmt(r.tflops < 10 ? "%.3g" : "%.0f", r.tflops) : "-",
              r.gbps > 0 ? fmt("%.0f", r.gbps) : "-", r.extra_bytes > 0 ? human_bytes(r.extra_bytes) : "-"});
     if (a->csv) {
       t.print_csv(std::cout);
     } else {
-      std::cout << "device: " << dev.id << " — " << dev.name << " (" << a->runs << " timed runs each, L2 flushed)\n";
+      std::cout << "device: " << dev.id << " — " << dev.name << " (" << a->runs << " timed runs each"
+                << (dev.id == "cpu" ? "; CPU backend: no cache flush, no floors)\n" : ", L2 flushed)\n");
       t.print(std::cout);
     }
     return 0;

@@ -1,5 +1,10 @@
 // celtune db: list, export, import and merge tuning databases.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -7,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "db/paths.hpp"
 #include "db/store.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
@@ -15,22 +21,26 @@ namespace celtune::cli {
 
 std::string default_db_path() {
   if (const char* e = std::getenv("CELTUNE_DB"); e && *e) return e;
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return std::string(x) + "/celtune/celtune.sqlite";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/share/celtune/celtune.sqlite";
-  return "celtune.sqlite";
+  const std::string user = db::user_database_path();
+  return user.empty() ? "celtune.sqlite" : user;
 }
 
 namespace {
 
 struct DbArgs {
-  std::string db;
+  std::string db, db_after;  // --db before the verb (db --db X list) or after it (db list --db X)
   bool json = false;
   std::string out;            // export -o, merge -o
   std::string input;          // import FILE
   std::vector<std::string> merge_inputs;
 };
 
-std::string db_path(const DbArgs& a) { return a.db.empty() ? default_db_path() : a.db; }
+std::string db_path(const DbArgs& a) {
+  if (!a.db.empty() && !a.db_after.empty() && a.db != a.db_after)
+    fail_usage("--db given twice with different files: " + a.db + " and " + a.db_after);
+  const std::string& d = a.db.empty() ? a.db_after : a.db;
+  return d.empty() ? default_db_path() : d;
+}
 
 void require_exists(const std::string& path) {
   if (!std::filesystem::exists(path)) fail_env("database " + path + " does not exist");
@@ -55,26 +65,51 @@ int do_list(const DbArgs& a) {
   return 0;
 }
 
+// Export never replaces what it should not: the database it reads, a symlink, a
+// FIFO, a device. It writes a temporary file beside OUT and renames it over OUT
+// only once every byte is written, so a failure leaves OUT as it was.
 int do_export(const DbArgs& a) {
-  require_exists(db_path(a));
-  db::Store s(db_path(a), db::Access::read_only);
+  const std::string path = db_path(a);
+  require_exists(path);
+  db::Store s(path, db::Access::read_only);
   if (a.out.empty() || a.out == "-") {
-    db::export_jsonl(s, std::cout);
+    db::export_jsonl(s, std::cout);  // main() checks standard output at the end
     return 0;
   }
-  // Write beside the target and rename, so a failed export never leaves half a file.
-  const std::string tmp = a.out + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) fail_env("cannot write " + tmp);
-    db::export_jsonl(s, f);
-    if (!f.flush()) fail_env("error writing " + tmp);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::symlink_status(a.out, ec);
+  if (!ec && fs::exists(st)) {
+    if (!fs::is_regular_file(st))
+      fail_usage("refusing to write the export to " + a.out + ": it exists and is not a regular file");
+    if (fs::equivalent(a.out, path, ec))
+      fail_usage("refusing to write the export over the database it reads (" + path + ")");
   }
-  std::filesystem::rename(tmp, a.out);
+  std::string tmp = a.out + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) fail_env("cannot create a temporary file beside " + a.out + ": " + std::strerror(errno));
+  ::close(fd);
+  try {
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      db::export_jsonl(s, f);
+      f.close();
+      if (!f) fail_env("error writing " + tmp + " (disk full?); " + a.out + " is unchanged");
+    }
+    fs::rename(tmp, a.out, ec);
+    if (ec) fail_env("cannot rename " + tmp + " to " + a.out + ": " + ec.message());
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
   return 0;
 }
 
 int do_import(const DbArgs& a) {
+  // A directory opens as an ifstream and reads as empty: say so instead of
+  // importing nothing and exiting 0.
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.input, ec)) fail_env("cannot import " + a.input + ": it is a directory");
   std::ifstream in(a.input);
   if (!in) fail_env("cannot read " + a.input);
   db::Store s(db_path(a), db::Access::read_write);
@@ -86,16 +121,32 @@ int do_import(const DbArgs& a) {
 
 int do_merge(const DbArgs& a) {
   if (a.merge_inputs.size() != 2) fail_usage("db merge takes two input databases: A B -o OUT");
+  namespace fs = std::filesystem;
   for (const auto& in : a.merge_inputs) require_exists(in);
+  // All or nothing: open and read both inputs before OUT is touched, then write
+  // everything in one transaction; a new OUT that fails is removed again.
   // OUT may already exist (even be A or B): its rows take part in the merge and
   // none is lost; per (device, problem) the fastest best entry wins.
-  db::Store out(a.out, db::Access::read_write);
-  db::ImportCounts total;
+  std::error_code ec;
+  const bool out_existed = fs::exists(a.out, ec);
+  std::vector<std::unique_ptr<db::Store>> sources;
   for (const auto& in : a.merge_inputs) {
-    if (std::filesystem::exists(a.out) && std::filesystem::equivalent(in, a.out)) continue;
-    db::Store src(in, db::Access::read_only);
-    const auto n = db::merge_into(out, src);
-    total.measurements += n.measurements, total.best_offered += n.best_offered, total.best_kept += n.best_kept;
+    if (out_existed && fs::equivalent(in, a.out, ec)) continue;
+    sources.push_back(std::make_unique<db::Store>(in, db::Access::read_only));
+  }
+  db::ImportCounts total;
+  try {
+    db::Store out(a.out, db::Access::read_write);
+    out.write([&] {
+      for (const auto& src : sources) {
+        const auto n = db::merge_into(out, *src);
+        total.measurements += n.measurements, total.best_offered += n.best_offered, total.best_kept += n.best_kept;
+      }
+    });
+  } catch (...) {
+    if (!out_existed)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(a.out + suffix, ec);
+    throw;
   }
   std::cout << "merged " << total.measurements << " measurements and " << total.best_offered << " best configs ("
             << total.best_kept << " won) into " << a.out << '\n';
@@ -111,12 +162,16 @@ Action register_db(CLI::App& app) {
   sub->add_option("--db", a->db, "Database file (default: $CELTUNE_DB, else $XDG_DATA_HOME/celtune/celtune.sqlite, "
                                  "else ~/.local/share/celtune/celtune.sqlite)");
   auto* list = sub->add_subcommand("list", "List the best config stored per device and problem");
+  auto after = [&](CLI::App* verb) { verb->add_option("--db", a->db_after, "Database file (as before the verb)"); };
+  after(list);
   list->add_flag("--json", a->json, "Print JSON");
   auto* exp = sub->add_subcommand("export", "Write every best config and measurement as JSON lines (sorted)");
   exp->add_flag("--jsonl")->description("JSON lines (the only format; accepted for clarity)");
-  exp->add_option("-o,--output", a->out, "Output file (default: standard output)");
+  exp->add_option("-o,--output", a->out, "Output file (default: standard output); never the database itself");
+  after(exp);
   auto* imp = sub->add_subcommand("import", "Read JSON lines into the database (all or nothing; faster best wins)");
   imp->add_option("file", a->input, "JSON-lines file from 'celtune db export'")->required();
+  after(imp);
   auto* mrg = sub->add_subcommand("merge", "Merge two databases into OUT; per device and problem the faster best "
                                            "config wins; OUT's own rows are kept");
   mrg->add_option("inputs", a->merge_inputs, "The two databases A B")->required()->expected(2);

@@ -28,30 +28,33 @@ Action register_lookup(CLI::App& app) {
                                  "exact, nearest, same-arch, default) and the database entry it came from");
   sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
   sub->add_option("--db", a->db,
-                  "Database file (default: $CELTUNE_DB, else celtune.sqlite beside libceltune); opened read-only");
+                  "Database file read first; then $CELTUNE_DB, the user's database, celtune.sqlite beside libceltune "
+                  "(as the runtime reads them); opened read-only");
   sub->add_option("--config", a->config, "An explicit config (JSON), as a call would pass it");
   sub->add_flag("--json", a->json, "Print JSON");
   add_problem_options(sub, a->problem);
   return [a] {
     if (!names_problem(a->problem)) fail_usage("lookup needs a problem: --tokens N --hidden H --vocab V, or --shape");
     const auto problems = build_problems(a->problem);
-    auto backend = open_backend(a->device);
+    std::shared_ptr<const Backend> backend = open_backend(a->device);
     const DeviceInfo dev = backend->device();
-    auto check = [&](const Problem& p, const KernelConfig& c) { return backend->supports(p, c); };
-    runtime::Resolver resolver(runtime::find_database(a->db), dev, kKernelSourceHash, std::cerr, check);
+    runtime::Resolver resolver(runtime::find_databases(a->db), dev, kKernelSourceHash, std::cerr,
+                               runtime::backend_checks(backend));
+    std::string dbs;
+    for (const auto& [path, ok] : resolver.databases()) dbs += (dbs.empty() ? "" : ", ") + path + (ok ? "" : " (unusable)");
     nlohmann::json out = nlohmann::json::array();
     for (const Problem& p : problems) {
       const runtime::Resolved r = resolver.resolve(p, a->config.empty() ? nullptr : a->config.c_str());
       nlohmann::json j{{"problem", p.key()}, {"config", r.config}, {"tag", runtime::to_string(r.source)},
-                       {"database", resolver.db_path()}, {"skipped", r.skipped}};
+                       {"database", r.database}, {"skipped", r.skipped}};
       if (r.entry) j["entry"] = *r.entry;
       out.push_back(j);
       if (a->json) continue;
       std::cout << "problem   " << p.key() << "\ndevice    " << dev.id << " (" << dev.name << ", " << dev.arch
                 << ")\nconfig    " << to_string(r.config) << "\n          " << nlohmann::json(r.config).dump()
                 << "\ntag       " << runtime::to_string(r.source) << "\ndatabase  "
-                << (resolver.db_path().empty() ? "(none found)" : resolver.db_path())
-                << (resolver.db_path().empty() || resolver.db_usable() ? "" : " (unusable)") << '\n';
+                << (r.database.empty() ? "(no entry)" : r.database) << "\nsearched  " << (dbs.empty() ? "(none found)" : dbs)
+                << '\n';
       if (r.entry)
         std::cout << "entry     " << r.entry->device.name << ", N=" << r.entry->problem.tokens << ", median "
                   << fmt("%.3f", r.entry->stats.median_ms) << " ms, " << fmt("%.2fx", r.entry->speedup)

@@ -46,7 +46,10 @@ Action register_report(CLI::App& app) {
     const std::string path = a->db.empty() ? default_db_path() : a->db;
     if (!std::filesystem::exists(path)) fail_env("database " + path + " does not exist");
     db::Store s(path, db::Access::read_only);
-    std::filesystem::create_directories(a->out);
+    std::error_code ec;
+    std::filesystem::create_directories(a->out, ec);
+    if (ec || !std::filesystem::is_directory(a->out))
+      fail_env("cannot use " + a->out + " as the output folder" + (ec ? ": " + ec.message() : ": not a directory"));
     const auto meas = s.measurements();
     const auto best = s.best_entries();
     // Time against v_chunk: per (device, problem), min over the other parameters.
@@ -59,6 +62,10 @@ Action register_report(CLI::App& app) {
       problems[key] = m.problem;
       double& t = grid[key][m.config.block_size].try_emplace(m.config.v_chunk_for(m.problem), INFINITY).first->second;
       t = std::min(t, m.stats.median_ms);
+    }
+    if (!a->problem.empty()) {
+      (void)Problem::from_key(a->problem);  // a malformed key is a usage error naming what is wrong
+      if (grid.empty()) fail_usage("--problem " + a->problem + ": no measurements of that problem in " + path);
     }
     int n = 0;
     for (const auto& [key, by_block] : grid) {
@@ -88,7 +95,9 @@ Action register_report(CLI::App& app) {
     if (!speedups.empty())
       write(std::filesystem::path(a->out) / "speedup.svg",
             bar_chart("Tuned over built-in default", "speedup (default time / tuned time)", labels, speedups, 1.0));
-    if (grid.empty() && speedups.empty()) fail_env("database " + path + " holds no measurements to plot");
+    if (grid.empty() && speedups.empty())
+      fail_env("database " + path + " holds no measurements to plot" +
+               (a->problem.empty() && a->device.empty() ? "" : " for the --problem/--device given"));
     return 0;
   };
 }

@@ -82,7 +82,7 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--strategy", a->strategy, "exhaustive, random (with --budget) or guided (coordinate descent)")
       ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
       ->capture_default_str();
-  sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)");
+  auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)");
   sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
       ->capture_default_str();
   sub->add_flag("--force", a->force, "Re-measure configs the database already holds for this kernel build");
@@ -97,8 +97,11 @@ Action register_tune(CLI::App& app) {
                   "algorithm is stored with the cuBLASLt version and used only under it. 0 or 1: keep the heuristic's")
       ->check(CLI::Range(0, 32))
       ->capture_default_str();
-  add_problem_options(sub, a->problem);
-  return [a] {
+  add_problem_options(sub, a->problem, "both (fwd and fwdbwd)");
+  return [a, budget] {
+    if (budget->count() && a->budget == 0) fail_usage("--budget must be at least 1 evaluation");
+    if (a->min_runs > a->max_runs)
+      fail_usage("--min-runs " + std::to_string(a->min_runs) + " exceeds --max-runs " + std::to_string(a->max_runs));
     TuneOptions o;
     o.gemm_algos = a->gemm_algos;
     o.strategy = a->strategy == "exhaustive" ? Strategy::exhaustive

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -94,6 +96,10 @@ Action register_validate(CLI::App& app) {
     const uint64_t seed = a->seed >= 0 ? static_cast<uint64_t>(a->seed)
                                        : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
     std::vector<ValidationCase> cases;
+    if (!a->from_db.empty() && (a->all_configs || names_problem(a->problem) || !a->config.empty()))
+      fail_usage("--from-db validates the database's own problems and configs: not with --all-configs, a problem or "
+                 "--config");
+    if (a->all_configs && !a->config.empty()) fail_usage("--all-configs and --config both choose the configs; use one");
     if (!a->from_db.empty()) {
       if (!std::filesystem::exists(a->from_db)) fail_env("database " + a->from_db + " does not exist");
       db::Store store(a->from_db, db::Access::read_only);
@@ -157,13 +163,23 @@ Action register_validate(CLI::App& app) {
     if (truth == Truth::gpu && cuda_device_count() == 0)
       fail_env("--reference gpu needs a CUDA GPU and a build with CUDA; use fp64 or auto");
     Table t({"case", "config", "result", "det", "truth", "worst output (rel L2 vs truth)", "s"});
+    // A case at a full-size shape can take minutes on the CPU: say which case
+    // runs, on stderr so stdout stays the table or JSON. On a terminal one line
+    // is rewritten in place; piped, one line per finished case, flushed as it
+    // ends, so a log shows progress while the run goes on.
+    const bool tty = isatty(2);
     for (const auto& vc : cases) {
+      const std::string at = "[" + std::to_string(results.size() + 1) + "/" + std::to_string(cases.size()) + "] ";
+      if (tty) std::cerr << "\r\033[K" << at << vc.name << " …" << std::flush;
       results.push_back(validate_case(*backend, vc, truth));
       const auto& r = results.back();
+      if (!tty) std::cerr << at << vc.name << "  " << (r.pass ? "pass" : "FAIL") << "  " << fmt("%.2f", r.seconds) << " s"
+                          << std::endl;
       failed += !r.pass;
       t.add({vc.name, to_string(vc.config), r.pass ? "pass" : "FAIL", r.deterministic ? "yes" : "NO",
              r.truth.empty() ? "-" : r.truth, worst_summary(r), fmt("%.2f", r.seconds)});
     }
+    if (tty) std::cerr << "\r\033[K" << std::flush;
     if (a->json) {
       nlohmann::json j{{"device", dev},
                        {"seed", seed},

@@ -2,7 +2,10 @@
 //
 // Exit codes (one place, here): 0 ok; 1 a validation or tuning verdict failed;
 // 2 usage error (bad flags, malformed shapes, out-of-range options); 3 environment
-// error (no such device, CUDA error, unusable database).
+// error (no such device, CUDA error, unusable or locked database, output that
+// could not be written).
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <map>
 
@@ -46,9 +49,18 @@ int main(int argc, char** argv) {
     return static_cast<int>(Status::usage);
   }
   try {
+    int rc = static_cast<int>(Status::usage);
     for (auto* sub : app.get_subcommands())
-      if (auto it = actions.find(sub); it != actions.end()) return it->second();
-    return static_cast<int>(Status::usage);
+      if (auto it = actions.find(sub); it != actions.end()) {
+        rc = it->second();
+        break;
+      }
+    // Output that never arrived (a full disk, a closed pipe) is not success:
+    // every command's standard output is checked here, once, after its last byte.
+    errno = 0;
+    if (!std::cout.flush())
+      fail_env(std::string("error writing standard output") + (errno ? std::string(": ") + std::strerror(errno) : ""));
+    return rc;
   } catch (const Error& e) {
     std::cerr << "celtune: " << e.what() << '\n';
     return static_cast<int>(e.status());

@@ -21,6 +21,8 @@ namespace {
 int64_t parse_i64(const std::string& s, const char* what) {
   int64_t v = 0;
   auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec == std::errc::result_out_of_range)
+    fail_usage(std::string(what) + " '" + s + "' is out of range (a 64-bit integer)");
   if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size())
     fail_usage(std::string("malformed ") + what + " '" + s + "': expected an integer");
   return v;
@@ -55,38 +57,42 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
   return out;
 }
 
-void add_problem_options(CLI::App* app, ProblemArgs& a) {
+void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default) {
   app->add_option("--family", a.family, "Kernel family: flce (fused linear CE) or ce (CE on logits)")
       ->check(CLI::IsMember({"flce", "ce"}))
       ->capture_default_str();
-  app->add_option("--shape", a.shape, "Problem shape N,H,V (tokens, hidden, vocab; H is 0 for ce)");
+  app->add_option("--shape", a.shape,
+                  "Problem shape N,H,V (tokens, hidden, vocab; H is 0 for ce); not with --model, --tokens, --hidden "
+                  "or --vocab");
   app->add_option("--tokens", a.tokens, "Token counts: a list (4096,8192) or a range in powers of two (1024..32768)");
   app->add_option("--hidden", a.hidden, "Hidden size H");
   app->add_option("--vocab", a.vocab, "Vocabulary size V");
   std::string names;
   for (const auto& m : model_presets()) names += std::string(names.empty() ? "" : ", ") + m.name;
-  app->add_option("--model", a.model, "Model preset giving H, V and softcap: " + names);
+  app->add_option("--model", a.model,
+                  "Model preset giving H, V and softcap: " + names + " (--hidden, --vocab, --softcap override it)");
   app->add_option("--dtype", a.dtypes, "Input dtype(s): bf16, fp16, fp32 (default bf16)")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
       ->delimiter(',');
   app->add_option("--target-dtype", a.target_type, "Target index dtype: int32 or int64")
       ->check(CLI::IsMember({"int32", "int64"}))
       ->capture_default_str();
-  app->add_option("--ignore-index", a.ignore_index, "Target value whose token is ignored")->capture_default_str();
+  app->add_option("--ignore-index", a.ignore_index, "Target value whose token is ignored (an int64)")
+      ->capture_default_str();
   app->add_option("--reduction", a.reduction, "Loss reduction: mean, sum or none")
       ->check(CLI::IsMember({"mean", "sum", "none"}))
       ->capture_default_str();
   app->add_option("--label-smoothing", a.label_smoothing, "Label smoothing ε in [0, 1]")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  app->add_option("--softcap", a.softcap, "Logit softcap s (0 = off): z ↦ s·tanh(z/s)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app->add_option("--z-loss", a.z_loss, "z-loss scale λ (adds λ·LSE² per token)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  // Range checks live in Problem::validate, whose messages name the value as
+  // given (CLI11's NonNegativeNumber printed DBL_MAX in 300 digits).
+  app->add_option("--softcap", a.softcap,
+                  "Logit softcap s (0 = off): z ↦ s·tanh(z/s); default: the model preset's, else 0");
+  app->add_option("--z-loss", a.z_loss, "z-loss scale λ ≥ 0 (adds λ·LSE² per token)")->capture_default_str();
   app->add_flag("--bias", a.bias, "Add a bias b [V] to the logits (flce)");
-  app->add_option("--mode", a.modes, "fwd (forward only) and/or fwdbwd (forward+backward); default fwdbwd")
+  app->add_option("--mode", a.modes,
+                  std::string("fwd (forward only) and/or fwdbwd (forward+backward); default ") + mode_default)
       ->check(CLI::IsMember({"fwd", "fwdbwd"}))
       ->delimiter(',');
 }
@@ -95,7 +101,18 @@ bool names_problem(const ProblemArgs& a) {
   return !a.shape.empty() || !a.model.empty() || !a.tokens.empty() || a.hidden || a.vocab;
 }
 
+namespace {
+// Two ways of saying the same thing must not silently pick one.
+void refuse_conflicts(const ProblemArgs& a) {
+  if (a.shape.empty()) return;
+  if (!a.model.empty()) fail_usage("--shape and --model both give the shape; use one");
+  if (!a.tokens.empty()) fail_usage("--shape and --tokens both give the token count; use one");
+  if (a.hidden || a.vocab) fail_usage("--shape and --hidden/--vocab both give the shape; use one");
+}
+}  // namespace
+
 std::vector<Problem> build_problems(const ProblemArgs& a) {
+  refuse_conflicts(a);
   Problem base;
   base.family = *parse_family(a.family);
   std::vector<int64_t> tokens;
@@ -121,12 +138,12 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   if (a.vocab) base.vocab = a.vocab;
   if (!a.tokens.empty()) tokens = parse_tokens(a.tokens);
   if (tokens.empty()) fail_usage("no token count: give --tokens or --shape N,H,V");
-  if (base.vocab <= 0) fail_usage("no vocabulary size: give --vocab, --shape or --model");
+  if (a.shape.empty() && base.vocab <= 0) fail_usage("no vocabulary size: give --vocab, --shape or --model");
   base.target_type = *parse_target_type(a.target_type);
-  base.loss.ignore_index = a.ignore_index;
+  base.loss.ignore_index = parse_i64(a.ignore_index, "--ignore-index");
   base.loss.reduction = *parse_reduction(a.reduction);
   base.loss.label_smoothing = a.label_smoothing;
-  if (a.softcap > 0) base.loss.softcap = a.softcap;
+  if (!std::isnan(a.softcap)) base.loss.softcap = a.softcap;
   base.loss.z_loss = a.z_loss;
   base.bias = a.bias;
   std::vector<DType> dtypes;

@@ -2,7 +2,9 @@
 // bench, tune, lookup): one definition, so flags mean the same everywhere.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,15 +23,18 @@ struct ProblemArgs {
   std::string model;   // preset
   std::vector<std::string> dtypes;
   std::string target_type = "int64";
-  int64_t ignore_index = -100;
+  std::string ignore_index = "-100";  // parsed by us: CLI11 saturates integers out of range
   std::string reduction = "mean";
-  double label_smoothing = 0, softcap = 0, z_loss = 0;
+  double label_smoothing = 0, z_loss = 0;
+  // NaN: not given, so the model preset's softcap (else 0) applies; a given
+  // --softcap, 0 included, wins over the preset.
+  double softcap = std::numeric_limits<double>::quiet_NaN();
   bool bias = false;
   std::vector<std::string> modes;
 };
 
-// flags: which groups to register (validate takes no --model-less defaults, etc.)
-void add_problem_options(CLI::App* app, ProblemArgs& a);
+// mode_default: what the subcommand does without --mode, for the help text.
+void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default = "fwdbwd");
 
 // Whether the user named a problem at all (otherwise validate runs its matrix).
 bool names_problem(const ProblemArgs& a);

@@ -1,6 +1,7 @@
 #include "problem.hpp"
 
 #include <charconv>
+#include <cfloat>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -51,6 +52,32 @@ E parse_enum(std::optional<E> v, const std::string& s, const char* what) {
 
 }  // namespace
 
+double canonical_option(double v) {
+  // The kernels and the C API carry loss options as float; the CLI parses
+  // doubles. Both must name the same stored entry, so an option is significant
+  // to float precision and keyed by the shortest decimal of that float:
+  // 0.1 (double) and 0.1f (0.10000000149011612 as a double) both key as "0.1".
+  const auto f = static_cast<float>(v);
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  double d = 0;
+  std::from_chars(buf, r.ptr, d);
+  return d;
+}
+
+int64_t checked_tensor_elements(int64_t rows, int64_t cols, const char* what) {
+  // One size rule for every path (CLI, C API, import): each tensor a problem
+  // implies, counted as fp32 (the widest any path holds: references, dW
+  // accumulation), stays within kMaxTensorBytes. Checked multiplication, so a
+  // shape like 2^62 x 500 is refused instead of wrapping into a small product.
+  int64_t elements = 0, bytes = 0;
+  if (__builtin_mul_overflow(rows, cols, &elements) || __builtin_mul_overflow(elements, int64_t{4}, &bytes) ||
+      bytes > kMaxTensorBytes)
+    fail_usage(std::string("problem too large: ") + what + " = " + std::to_string(rows) + " x " +
+               std::to_string(cols) + " elements exceeds the limit of 2^46 elements (2^48 bytes in fp32) per tensor");
+  return elements;
+}
+
 void Problem::validate() const {
   if (tokens <= 0) fail_usage("tokens (N) must be positive, got " + std::to_string(tokens));
   if (vocab <= 0) fail_usage("vocab (V) must be positive, got " + std::to_string(vocab));
@@ -58,13 +85,19 @@ void Problem::validate() const {
     fail_usage("hidden (H) must be positive for flce, got " + std::to_string(hidden));
   if (family == Family::ce && hidden != 0) fail_usage("hidden (H) must be 0 for the ce family");
   if (family == Family::ce && bias) fail_usage("bias applies to flce only");
+  checked_tensor_elements(tokens, vocab, "N x V (logits)");
+  if (family == Family::flce) {
+    checked_tensor_elements(tokens, hidden, "N x H (inputs)");
+    checked_tensor_elements(vocab, hidden, "V x H (weights)");
+  }
   const auto& o = loss;
   if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
     fail_usage("label smoothing must be in [0, 1], got " + format_double(o.label_smoothing));
-  if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
-    fail_usage("softcap must be 0 (off) or a positive number, got " + format_double(o.softcap));
-  if (!(o.z_loss >= 0.0) || !std::isfinite(o.z_loss))
-    fail_usage("z-loss scale must be ≥ 0, got " + format_double(o.z_loss));
+  // The kernels take the options as float: beyond FLT_MAX they would be inf.
+  if (!(o.softcap >= 0.0) || !(o.softcap <= FLT_MAX))
+    fail_usage("softcap must be 0 (off) or a positive number up to 3.4e38, got " + format_double(o.softcap));
+  if (!(o.z_loss >= 0.0) || !(o.z_loss <= FLT_MAX))
+    fail_usage("z-loss scale must be ≥ 0 and at most 3.4e38, got " + format_double(o.z_loss));
   if (o.ignore_index >= 0 && o.ignore_index < vocab)
     fail_usage("ignore_index " + std::to_string(o.ignore_index) +
                " lies inside [0, V): it would hide real targets");
@@ -80,7 +113,7 @@ std::string Problem::key() const {
   k.reserve(96);
   char buf[32];
   auto num = [&](int64_t v) { k.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr); };
-  auto dbl = [&](double v) { k.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr); };
+  auto dbl = [&](double v) { k.append(buf, std::to_chars(buf, buf + sizeof buf, canonical_option(v)).ptr); };
   k += to_string(family), k += ":N", num(tokens), k += ":H", num(hidden), k += ":V", num(vocab);
   k += ':', k += to_string(dtype), k += ':', k += to_string(target_type), k += ":ign", num(loss.ignore_index);
   k += ':', k += to_string(loss.reduction), k += ":ls", dbl(loss.label_smoothing), k += ":cap", dbl(loss.softcap);

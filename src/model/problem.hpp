@@ -42,8 +42,11 @@ struct Problem {
 
   // Stable textual key, e.g.
   //   flce:N4096:H4096:V128256:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd
-  // Doubles print in their shortest round-trip form, so key → problem → key is
-  // the identity. Changing this format invalidates every stored database.
+  // Loss options print as canonical_option(v), the shortest decimal of the float
+  // they are computed with, so the CLI's doubles and the C API's floats key the
+  // same problem alike, and key → problem → key is the identity. Compare problems
+  // by key where one side may come from the C API. Changing this format
+  // invalidates every stored database.
   std::string key() const;
   static Problem from_key(const std::string& key);
 
@@ -60,5 +63,19 @@ void to_json(nlohmann::json&, const Problem&);
 void from_json(const nlohmann::json&, Problem&);
 
 std::string format_double(double v);  // shortest round-trip decimal
+
+// A loss option as the problem key spells it: rounded to float (the precision
+// the kernels use), then read back from that float's shortest decimal.
+double canonical_option(double v);
+
+// The largest tensor a problem may imply (as fp32): 2^48 bytes, the virtual
+// address space of x86-64 and CUDA's unified addressing. Past it no allocation
+// can succeed and, further out, element counts overflow int64.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
+static_assert(kMaxTensorBytes <= (int64_t{1} << 62) / 16,
+              "sums of a few legal tensors' byte counts (scratch, workspaces) cannot overflow int64");
+// rows x cols, or Error(usage) naming `what` and the limit when a tensor of that
+// many fp32 elements would exceed kMaxTensorBytes (overflow included).
+int64_t checked_tensor_elements(int64_t rows, int64_t cols, const char* what);
 
 }  // namespace celtune

@@ -2,7 +2,9 @@
 // (CLBlast's DispatchException pattern). Each context holds the cuBLASLt handle
 // and workspace (cuda::Context), the resolver with its read-only database and
 // config cache, and a lock that serialises calls on the context.
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "celtune/celtune.h"
+#include "kernels/backend.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
 #include "resolve.hpp"
@@ -37,6 +40,11 @@ struct celtune_context {
 
 namespace {
 
+// A caller's output buffer cannot hold the answer: CELTUNE_ERROR_BUFFER_TOO_SMALL.
+struct BufferTooSmall : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Every entry point runs through here: a null context is refused, the call holds
 // the context's lock (so threads may share one), and exceptions become a status.
 template <typename F>
@@ -47,6 +55,9 @@ celtune_status guarded(celtune_context* ctx, F&& f) {
     f();
     ctx->last_error.clear();
     return CELTUNE_OK;
+  } catch (const BufferTooSmall& e) {
+    ctx->last_error = e.what();
+    return CELTUNE_ERROR_BUFFER_TOO_SMALL;
   } catch (const Error& e) {
     ctx->last_error = e.what();
     return e.status() == Status::usage ? CELTUNE_ERROR_INVALID_ARGUMENT : CELTUNE_ERROR_ENVIRONMENT;
@@ -134,25 +145,36 @@ celtune_status celtune_create(celtune_context** out, const char* db_path) {
   *out = nullptr;
   auto ctx = std::make_unique<celtune_context>();
   const celtune_status st = guarded(ctx.get(), [&] {
-    std::function<bool(const Problem&, const KernelConfig&)> check;
 #ifdef CELTUNE_HAVE_CUDA
     int dev = -1;
     if (cuda::device_count() > 0 && cudaGetDevice(&dev) == cudaSuccess) {
       ctx->device = cuda::device_info(dev);
       ctx->cuda = std::make_unique<cuda::Context>(dev);
-      check = [](const Problem& p, const KernelConfig& c) {
-        try {
-          cuda::check_supported(p, c);
-          return true;
-        } catch (const Error&) {
-          return false;
-        }
-      };
     }
 #endif
-    if (ctx->device.name.empty()) ctx->device.name = "none", ctx->device.arch = "none";
-    ctx->resolver = std::make_unique<runtime::Resolver>(runtime::find_database(db_path ? db_path : ""), ctx->device,
-                                                        kKernelSourceHash, std::cerr, check);
+    runtime::DeviceChecks checks;
+#ifdef CELTUNE_HAVE_CUDA
+    if (ctx->cuda) {
+      checks.supports = [](const Problem& p, const KernelConfig& c) {
+        try {
+          cuda::check_supported(p, c);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      };
+      checks.scratch_bytes = [](const Problem& p, const KernelConfig& c) { return cuda::scratch_bytes(p, c); };
+    }
+#endif
+    if (ctx->device.name.empty()) {
+      // No GPU: lookups answer for the CPU, as `celtune lookup` does, so rows
+      // tuned with --device cpu are found (kernel calls still need a GPU).
+      auto cpu = std::shared_ptr<const Backend>(open_backend("cpu"));
+      ctx->device = cpu->device();
+      checks = runtime::backend_checks(cpu);
+    }
+    ctx->resolver = std::make_unique<runtime::Resolver>(runtime::find_databases(db_path ? db_path : ""), ctx->device,
+                                                        kKernelSourceHash, std::cerr, std::move(checks));
   });
   if (st == CELTUNE_OK) *out = ctx.release();
   return st;
@@ -168,8 +190,16 @@ celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args
     if (!args) fail_usage("null args");
     const Problem p = flce_problem(*args);
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+    // A truncated config would parse as something else or not at all: a buffer
+    // too small is its own status, with the size needed in the message.
+    const std::string t = runtime::to_string(r.source);
     if (json && json_size) std::snprintf(json, json_size, "%s", r.json.c_str());
-    if (tag && tag_size) std::snprintf(tag, tag_size, "%s", runtime::to_string(r.source));
+    if (tag && tag_size) std::snprintf(tag, tag_size, "%s", t.c_str());
+    auto fits = [](const char* buf, size_t size, const std::string& text) { return !buf || size > text.size(); };
+    if (!fits(json, json_size, r.json) || !fits(tag, tag_size, t))
+      throw BufferTooSmall("buffer too small: the config needs " + std::to_string(r.json.size() + 1) +
+                           " bytes and the tag " + std::to_string(t.size() + 1) + " (with the terminating NUL); got " +
+                           std::to_string(json_size) + " and " + std::to_string(tag_size));
   });
 }
 

@@ -2,12 +2,14 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "celtune/celtune.h"
+#include "db/paths.hpp"
 #include "model/error.hpp"
 
 namespace celtune::runtime {
@@ -24,57 +26,124 @@ const char* to_string(Source s) {
   return "?";
 }
 
-std::string find_database(const std::string& explicit_path) {
-  if (!explicit_path.empty()) return explicit_path;
-  if (const char* e = std::getenv("CELTUNE_DB"); e && *e) return e;
+std::vector<DatabasePath> find_databases(const std::string& explicit_path) {
+  std::vector<DatabasePath> out;
+  auto exists = [](const std::string& p) {
+    std::error_code ec;
+    return !p.empty() && std::filesystem::exists(p, ec);
+  };
+  auto add = [&](std::string p, bool named) {
+    for (const auto& d : out)
+      if (d.path == p) return;  // the same file named twice is read once
+    out.push_back({std::move(p), named});
+  };
+  if (!explicit_path.empty()) add(explicit_path, true);
+  if (const char* e = std::getenv("CELTUNE_DB"); e && *e) add(e, true);
+  // Where `celtune tune` writes without --db: a user's tuning is found.
+  if (const std::string user = db::user_database_path(); exists(user)) add(user, false);
   // The shipped database, installed beside the library that holds this code.
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&celtune_version), &info) && info.dli_fname) {
-    const auto beside = std::filesystem::path(info.dli_fname).parent_path() / "celtune.sqlite";
-    std::error_code ec;
-    if (std::filesystem::exists(beside, ec)) return beside.string();
+    const auto beside = (std::filesystem::path(info.dli_fname).parent_path() / "celtune.sqlite").string();
+    if (exists(beside)) add(beside, false);
   }
-  return "";
+  return out;
 }
 
-Resolver::Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
-                   std::function<bool(const Problem&, const KernelConfig&)> check)
-    : db_path_(std::move(db_path)), device_(std::move(device)), hash_(std::move(kernel_hash)), warn_(warn),
-      check_(std::move(check)) {
+DeviceChecks backend_checks(std::shared_ptr<const Backend> backend) {
+  DeviceChecks c;
+  c.supports = [backend](const Problem& p, const KernelConfig& k) {
+    std::string why;
+    return backend->supports(p, k, &why) ? std::string() : why;
+  };
+  c.scratch_bytes = [backend](const Problem& p, const KernelConfig& k) { return backend->scratch_bytes(p, k); };
+  return c;
+}
+
+Resolver::Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
+                   DeviceChecks checks)
+    : device_(std::move(device)), hash_(std::move(kernel_hash)), warn_(warn), checks_(std::move(checks)) {
+  for (auto& d : dbs) dbs_.push_back(Db{std::move(d), false, nullptr});
   const char* log = std::getenv("CELTUNE_LOG");
   log_ = log && *log && std::string(log) != "0";
 }
 
+Resolver::Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
+                   DeviceChecks checks)
+    : Resolver(db_path.empty() ? std::vector<DatabasePath>{} : std::vector<DatabasePath>{{std::move(db_path), true}},
+               std::move(device), std::move(kernel_hash), warn, std::move(checks)) {}
+
 Resolver::~Resolver() = default;
 
-void Resolver::open_once() {
-  if (opened_) return;
-  opened_ = true;
-  if (db_path_.empty()) return;
+db::Store* Resolver::open(Db& d) {
+  if (d.opened) return d.store.get();
+  d.opened = true;
   std::error_code ec;
-  if (!std::filesystem::exists(db_path_, ec)) {
-    warn_ << "celtune: warning: database " << db_path_ << " does not exist; using built-in defaults\n";
-    return;
+  if (!std::filesystem::exists(d.where.path, ec)) {
+    if (d.where.named)
+      warn_ << "celtune: warning: database " << d.where.path << " does not exist; using the next source\n";
+    return nullptr;
   }
   try {
-    store_ = std::make_unique<db::Store>(db_path_, db::Access::read_only);
+    d.store = std::make_unique<db::Store>(d.where.path, db::Access::read_only);
   } catch (const Error& e) {
-    warn_ << "celtune: warning: " << e.what() << "; using built-in defaults\n";
+    warn_ << "celtune: warning: " << e.what() << "; using the next source\n";
   }
+  return d.store.get();
 }
 
-bool Resolver::db_usable() {
-  open_once();
-  return store_ != nullptr;
+std::vector<std::pair<std::string, bool>> Resolver::databases() {
+  std::vector<std::pair<std::string, bool>> out;
+  for (auto& d : dbs_) out.emplace_back(d.where.path, open(d) != nullptr);
+  return out;
+}
+
+std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p) const {
+  const KernelConfig& c = e.config;
+  try {
+    validate_config(p, c);
+  } catch (const Error& err) {
+    return "config " + celtune::to_string(c) + " does not fit " + p.key() + ": " + err.what();
+  }
+  if (checks_.supports)
+    if (std::string why = checks_.supports(p, c); !why.empty())
+      return "config " + celtune::to_string(c) + " is not supported here: " + why;
+  if (t != db::Tier::exact && checks_.scratch_bytes) {
+    const size_t need = checks_.scratch_bytes(p, c);
+    const size_t budget = std::max(kDefaultScratchBudget, checks_.scratch_bytes(e.problem, c));
+    if (need > budget)
+      return "borrowed config " + celtune::to_string(c) + " needs " + std::to_string(need >> 20) + " MiB of scratch at N=" +
+             std::to_string(p.tokens) + ", over the " + std::to_string(budget >> 20) + " MiB budget";
+  }
+  return "";
+}
+
+void Resolver::log(const Problem& p, const Resolved& r) {
+  warn_ << "celtune: " << p.key() << " -> " << celtune::to_string(r.config) << " [" << to_string(r.source) << "]";
+  if (r.entry) warn_ << " from " << r.entry->device.name << " N=" << r.entry->problem.tokens << " in " << r.database;
+  for (const auto& s : r.skipped) warn_ << "\n  skipped: " << s;
+  warn_ << '\n';
 }
 
 Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
+  auto logged_once = [&](const Resolved& r) {
+    // Configs from the call or the environment are not cached (they may change
+    // between calls), but CELTUNE_LOG=1 still says once per problem and config
+    // what ran and why.
+    if (log_ && !logged_.count(p.key() + r.json)) {
+      logged_[p.key() + r.json] = true;
+      log(p, r);
+    }
+    return r;
+  };
   if (explicit_json) {
-    Resolved r{parse_config_json(explicit_json), Source::explicit_config, std::nullopt, {}, {}};
+    Resolved r{parse_config_json(explicit_json), Source::explicit_config, std::nullopt, {}, {}, {}};
     validate_config(p, r.config);
     r.json = nlohmann::json(r.config).dump();
-    return r;
+    return logged_once(r);
   }
+  // A malformed CELTUNE_CONFIG fails every call (Error(usage)) rather than
+  // falling back: the user asked for a config and must not silently get another.
   if (const char* env = std::getenv("CELTUNE_CONFIG"); env && *env) {
     Resolved r;
     try {
@@ -85,51 +154,36 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
     }
     r.source = Source::env;
     r.json = nlohmann::json(r.config).dump();
-    return r;
+    return logged_once(r);
   }
   const std::string key = p.key();
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  Resolved r{default_config(p), Source::default_config, std::nullopt, {}, {}};
-  open_once();
-  if (store_) {
+  Resolved r{default_config(p), Source::default_config, std::nullopt, {}, {}, {}};
+  auto fits = [this](const db::BestEntry& e, db::Tier t, const Problem& q) { return this->fits(e, t, q); };
+  for (Db& d : dbs_) {
+    db::Store* store = open(d);
+    if (!store) continue;
     try {
-      db::LookupResult found = db::lookup(*store_, device_, p, hash_);
-      r.skipped = std::move(found.skipped);
+      db::LookupResult found = db::lookup(*store, device_, p, hash_, fits);
+      for (auto& s : found.skipped) r.skipped.push_back(d.where.path + ": " + s);
       if (found.hit) {
-        KernelConfig c = found.hit->entry.config;
-        bool ok = true;
-        try {
-          validate_config(p, c);
-        } catch (const Error& e) {
-          ok = false;
-          r.skipped.push_back("stored config " + celtune::to_string(c) + " does not fit " + key + ": " + e.what());
-        }
-        if (ok && check_ && !check_(p, c)) {
-          ok = false;
-          r.skipped.push_back("stored config " + celtune::to_string(c) + " is not supported here");
-        }
-        if (ok) {
-          r.config = c;
-          r.entry = found.hit->entry;
-          r.source = found.hit->tier == db::Tier::exact     ? Source::exact
-                     : found.hit->tier == db::Tier::nearest ? Source::nearest
-                                                            : Source::same_arch;
-        }
+        r.config = found.hit->entry.config;
+        r.entry = found.hit->entry;
+        r.database = d.where.path;
+        r.source = found.hit->tier == db::Tier::exact     ? Source::exact
+                   : found.hit->tier == db::Tier::nearest ? Source::nearest
+                                                          : Source::same_arch;
+        break;
       }
     } catch (const Error& e) {
       // A database that opened but fails to read (truncated pages, locked for
-      // longer than the busy timeout): warn once, fall back for good.
-      warn_ << "celtune: warning: " << e.what() << "; using built-in defaults\n";
-      store_.reset();
+      // longer than the busy timeout): warn once, skip it for good.
+      warn_ << "celtune: warning: " << e.what() << "; using the next source\n";
+      d.store.reset();
     }
   }
   r.json = nlohmann::json(r.config).dump();
-  if (log_) {
-    warn_ << "celtune: " << key << " -> " << celtune::to_string(r.config) << " [" << to_string(r.source) << "]";
-    if (r.entry) warn_ << " from " << r.entry->device.name << " N=" << r.entry->problem.tokens;
-    for (const auto& s : r.skipped) warn_ << "\n  skipped: " << s;
-    warn_ << '\n';
-  }
+  if (log_) log(p, r);
   return cache_[key] = r;
 }
 

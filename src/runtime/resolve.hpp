@@ -1,9 +1,12 @@
-// Config resolution for the runtime: explicit → CELTUNE_CONFIG → database
+// Config resolution for the runtime: explicit → CELTUNE_CONFIG → databases
 // (exact, nearest, same-arch) → built-in default, cached per problem key. The
-// database is reached through db::lookup, opened read-only on first use; any
-// failure to open or read it is one warning and the defaults, never an error.
+// databases are read through db::lookup, in order (explicit path, $CELTUNE_DB,
+// the user's database, the shipped one), each opened read-only on first use;
+// rows come from the first that has an entry that fits. Any failure to open or
+// read one is one warning and the next, never an error.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "db/lookup.hpp"
+#include "kernels/backend.hpp"
 #include "model/config.hpp"
 #include "model/device.hpp"
 #include "model/problem.hpp"
@@ -27,35 +31,71 @@ struct Resolved {
   std::optional<db::BestEntry> entry;  // the database row it came from
   std::vector<std::string> skipped;    // database rows passed over, and why
   std::string json;                    // the config as JSON (filled once, for reporting)
+  std::string database;                // the database the entry came from ("" if none)
 };
 
-// The database the runtime reads: the explicit path, else $CELTUNE_DB, else
-// celtune.sqlite beside libceltune; "" when none of them exists.
-std::string find_database(const std::string& explicit_path);
+// A database the runtime may read, and whether a missing file deserves a
+// warning (a path the user named does; the user's own database need not exist).
+struct DatabasePath {
+  std::string path;
+  bool named = true;
+};
+
+// The databases the runtime reads, in order: the explicit path, $CELTUNE_DB,
+// the user's database (where `celtune tune` writes by default), celtune.sqlite
+// beside libceltune. Named paths are kept even when missing (to warn once);
+// the user's and the shipped database only when they exist.
+std::vector<DatabasePath> find_databases(const std::string& explicit_path);
+
+// What the device can run, from its backend. Both may be empty (no check).
+struct DeviceChecks {
+  // "" when the device can run the config for the problem, else why not
+  // (compiled table, alignment, registers).
+  std::function<std::string(const Problem&, const KernelConfig&)> supports;
+  // Device scratch the config needs for the problem.
+  std::function<size_t(const Problem&, const KernelConfig&)> scratch_bytes;
+};
+DeviceChecks backend_checks(std::shared_ptr<const Backend> backend);
+
+// The scratch budget a borrowed config must fit (nearest and same-arch tiers):
+// the larger of the default budget (tune's --max-scratch default, 256 MiB) and
+// the scratch it took where it was tuned, since the tuner stored it within the
+// budget it was given. N=64's one-row-chunk config at N=10^6 would need GBs.
+constexpr size_t kDefaultScratchBudget = size_t{256} << 20;
 
 class Resolver {
  public:
-  // `check` says whether the device can run a config (the backend's check);
-  // a stored config it refuses is passed over like a mismatched one.
+  // A stored config the device refuses, or a borrowed one whose scratch grows
+  // past the budget at the target problem, is passed over with its reason and
+  // the next candidate (next tier, next database) tried.
+  Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
+           DeviceChecks checks = {});
+  // One database the caller named (tests, benchmarks).
   Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
-           std::function<bool(const Problem&, const KernelConfig&)> check = {});
+           DeviceChecks checks = {});
   ~Resolver();
 
   // Throws Error(usage) for a malformed explicit or CELTUNE_CONFIG config.
   Resolved resolve(const Problem& p, const char* explicit_json);
-  const std::string& db_path() const { return db_path_; }
-  bool db_usable();
+  // The databases in lookup order, and whether each opened.
+  std::vector<std::pair<std::string, bool>> databases();
 
  private:
-  void open_once();
-  std::string db_path_;
+  struct Db {
+    DatabasePath where;
+    bool opened = false;
+    std::unique_ptr<db::Store> store;
+  };
+  db::Store* open(Db& d);
+  std::string fits(const db::BestEntry& e, db::Tier t, const Problem& p) const;
+  void log(const Problem& p, const Resolved& r);
+  std::vector<Db> dbs_;
   DeviceInfo device_;
   std::string hash_;
   std::ostream& warn_;
-  std::function<bool(const Problem&, const KernelConfig&)> check_;
-  bool opened_ = false;
-  std::unique_ptr<db::Store> store_;
+  DeviceChecks checks_;
   std::map<std::string, Resolved> cache_;
+  std::map<std::string, bool> logged_;  // configs from the call or CELTUNE_CONFIG, logged once per problem
   bool log_ = false;
 };
 

@@ -55,6 +55,20 @@ TEST_CASE("problem validation names what is wrong") {
   CHECK(fails(q));
   q = p, q.family = Family::ce;  // ce takes no hidden
   CHECK(fails(q));
+  // Issue 12: one checked-size rule; products that overflow int64 and tensors
+  // past 2^48 bytes are usage errors, not a wrapped size or a bad_alloc.
+  q = p, q.tokens = int64_t{1} << 62, q.vocab = 500;
+  CHECK(fails(q));
+  q = p, q.tokens = 1000000000000, q.hidden = 32, q.vocab = 2000;
+  CHECK(fails(q));
+  q = p, q.hidden = int64_t{1} << 40, q.vocab = int64_t{1} << 30;  // V x H overflows
+  CHECK(fails(q));
+  q = p, q.tokens = 1 << 20, q.vocab = 256000;  // a big but real problem
+  CHECK_FALSE(fails(q));
+  q = p, q.loss.softcap = 1e300;  // a float would be inf
+  CHECK(fails(q));
+  CHECK(checked_tensor_elements(int64_t{1} << 23, int64_t{1} << 23, "x") == int64_t{1} << 46);
+  CHECK_THROWS_AS(checked_tensor_elements((int64_t{1} << 23) + 1, int64_t{1} << 23, "x"), Error);
 }
 
 TEST_CASE("config JSON round-trip, validation and unknown keys") {

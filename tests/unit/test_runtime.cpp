@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +21,8 @@
 
 #include "celtune/celtune.h"
 #include "db/store.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
 #include "runtime/resolve.hpp"
@@ -248,4 +252,163 @@ TEST_CASE("the shipped database answers for the GPU it was tuned on, with this b
   p.hidden = 2304, p.vocab = 256000, p.loss.softcap = 30;  // gemma2-2b
   CHECK(r.resolve(p.with_tokens(16384), nullptr).source == runtime::Source::exact);
   CHECK(warn.str().empty());
+}
+
+// ---- issue 12 -------------------------------------------------------------
+
+namespace {
+// An environment variable set for one scope, restored after.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    if (const char* o = std::getenv(n)) old = o;
+    if (v) setenv(n, v, 1); else unsetenv(n);
+  }
+  ~ScopedEnv() {
+    if (old) setenv(name.c_str(), old->c_str(), 1); else unsetenv(name.c_str());
+  }
+};
+
+// A small CPU problem (the fixture's shape scaled down), stored for the CPU device.
+Problem cpu_problem(int64_t n) {
+  Problem p;
+  p.tokens = n, p.hidden = 32, p.vocab = 2000;
+  return p;
+}
+
+void put_cpu(const std::string& path, const Problem& p, int block_size) {
+  db::Store s(path, db::Access::read_write);
+  db::BestEntry b;
+  b.device = cpu::device_info(), b.problem = p;
+  b.config.block_size = block_size, b.config.v_chunk = 0, b.config.row_chunk = 0, b.config.threads = 128;
+  b.stats = {1.0, 0.9, 1.1, 20, 0.2};
+  b.default_ms = 1.2, b.speedup = 1.2, b.celtune_version = "0.1.0", b.kernel_hash = kKernelSourceHash;
+  b.created_at = "2026-11-22T00:00:00Z";
+  s.put_best(b);
+}
+
+celtune_flce_args cpu_args(int64_t n) {
+  celtune_flce_args a{};
+  a.tokens = n, a.hidden = 32, a.vocab = 2000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.mode = CELTUNE_FORWARD_BACKWARD;
+  return a;
+}
+
+std::string tag_of(const char* db_path, const celtune_flce_args& a, std::string* json_out = nullptr) {
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create(&ctx, db_path) == CELTUNE_OK);
+  char json[512] = {}, tag[32] = {};
+  const auto st = celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag);
+  CHECK_MESSAGE(st == CELTUNE_OK, celtune_last_error(ctx));
+  celtune_destroy(ctx);
+  if (json_out) *json_out = json;
+  return tag;
+}
+}  // namespace
+
+TEST_CASE("C API: options keyed alike from floats and doubles; cpu rows found without a GPU") {
+  Fixture fx;
+  const std::string path = (fx.dir / "cpu.sqlite").string();
+  Problem p = cpu_problem(64);
+  p.loss.label_smoothing = 0.1, p.loss.z_loss = 1e-4, p.loss.softcap = 30;  // as the CLI parses them
+  put_cpu(path, p, 256);
+  ScopedEnv no_env("CELTUNE_DB", nullptr), no_user("XDG_DATA_HOME", fx.dir.c_str());
+  celtune_flce_args a = cpu_args(64);
+  a.options.label_smoothing = 0.1f, a.options.z_loss = 1e-4f, a.options.softcap = 30.0f;
+  CHECK(tag_of(path.c_str(), a) == "exact");
+  Problem from_floats = p;
+  from_floats.loss.label_smoothing = 0.1f, from_floats.loss.z_loss = 1e-4f;
+  CHECK(from_floats.key() == p.key());
+  CHECK(p.key().find(":ls0.1:") != std::string::npos);
+  CHECK(Problem::from_key(p.key()).key() == p.key());
+}
+
+TEST_CASE("database order: explicit > CELTUNE_DB > the user's database > shipped; rows from the first that has them") {
+  Fixture fx;
+  const std::string expl = (fx.dir / "explicit.sqlite").string(), env = (fx.dir / "env.sqlite").string();
+  fs::create_directories(fx.dir / "xdg" / "celtune");
+  const std::string user = (fx.dir / "xdg" / "celtune" / "celtune.sqlite").string();
+  put_cpu(user, cpu_problem(64), 64);
+  put_cpu(user, cpu_problem(128), 64);
+  put_cpu(env, cpu_problem(64), 128);
+  put_cpu(expl, cpu_problem(32), 256);  // no N=64 entry here: its nearest is N=32
+  ScopedEnv xdg("XDG_DATA_HOME", (fx.dir / "xdg").c_str());
+  std::string json;
+  {
+    ScopedEnv no_env("CELTUNE_DB", nullptr);
+    // What `celtune tune` wrote by default is what the runtime finds.
+    CHECK(tag_of(nullptr, cpu_args(64), &json) == "exact");
+    CHECK(json.find("\"block_size\":64") != std::string::npos);
+  }
+  ScopedEnv set_env("CELTUNE_DB", env.c_str());
+  CHECK(tag_of(nullptr, cpu_args(64), &json) == "exact");
+  CHECK(json.find("\"block_size\":128") != std::string::npos);
+  // The explicit database has rows for this shape (N=32): they come first, as nearest.
+  CHECK(tag_of(expl.c_str(), cpu_args(64), &json) == "nearest");
+  CHECK(json.find("\"block_size\":256") != std::string::npos);
+  // A shape only the user's database holds is still found behind the others.
+  auto other = cpu_args(64);
+  other.vocab = 3000;
+  put_cpu(user, [] { Problem q = cpu_problem(64); q.vocab = 3000; return q; }(), 64);
+  CHECK(tag_of(expl.c_str(), other) == "exact");
+  // `celtune lookup`'s resolver reads the same list.
+  const auto dbs = runtime::find_databases(expl);
+  REQUIRE(dbs.size() >= 3);
+  CHECK(dbs[0].path == expl);
+  CHECK(dbs[1].path == env);
+  CHECK(dbs[2].path == user);
+}
+
+TEST_CASE("a borrowed config is re-checked against the target's scratch budget; too big falls to the next tier") {
+  Fixture fx;
+  const std::string path = (fx.dir / "near.sqlite").string();
+  put_cpu(path, cpu_problem(64), 256);  // one row chunk and the whole vocabulary: tiny at N=64
+  std::ostringstream warn;
+  std::shared_ptr<const Backend> cpu = open_backend("cpu");
+  runtime::Resolver r(path, cpu->device(), kKernelSourceHash, warn, runtime::backend_checks(cpu));
+  CHECK(r.resolve(cpu_problem(100), nullptr).source == runtime::Source::nearest);
+  // At N = 10^6 the same config is a 10^6 x 2000 fp32 tile (7.6 GiB): refused.
+  const auto big = r.resolve(cpu_problem(1000000), nullptr);
+  CHECK(big.source == runtime::Source::default_config);
+  REQUIRE(big.skipped.size() == 1);
+  CHECK(big.skipped[0].find("budget") != std::string::npos);
+  // The exact entry is what the tuner chose for this very problem: kept.
+  CHECK(r.resolve(cpu_problem(64), nullptr).source == runtime::Source::exact);
+}
+
+TEST_CASE("C API: a small buffer is its own status with the size needed; sizes that overflow are refused") {
+  Fixture fx;
+  ScopedEnv no_env("CELTUNE_DB", nullptr), no_user("XDG_DATA_HOME", fx.dir.c_str());
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create(&ctx, fx.db.c_str()) == CELTUNE_OK);
+  celtune_flce_args a = cpu_args(64);
+  char json[8], tag[32];
+  CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_BUFFER_TOO_SMALL);
+  CHECK(std::string(celtune_last_error(ctx)).find("needs") != std::string::npos);
+  CHECK(std::strlen(json) == sizeof json - 1);
+  char tiny_tag[3];
+  char big_json[512];
+  CHECK(celtune_flce_config(ctx, &a, big_json, sizeof big_json, tiny_tag, sizeof tiny_tag) ==
+        CELTUNE_ERROR_BUFFER_TOO_SMALL);
+  CHECK(celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) == CELTUNE_OK);
+  a.tokens = int64_t{1} << 62, a.hidden = 16, a.vocab = 500;
+  CHECK(celtune_flce_config(ctx, &a, big_json, sizeof big_json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("too large") != std::string::npos);
+  celtune_destroy(ctx);
+}
+
+TEST_CASE("CELTUNE_LOG=1 logs configs from the call and from CELTUNE_CONFIG, once per problem") {
+  Fixture fx;
+  ScopedEnv log("CELTUNE_LOG", "1"), cfg("CELTUNE_CONFIG", "{\"block_size\": 512}");
+  std::ostringstream warn;
+  runtime::Resolver r(fx.db, fx.h100, kKernelSourceHash, warn);
+  r.resolve(Fixture::problem(4096), nullptr);
+  r.resolve(Fixture::problem(4096), nullptr);
+  CHECK(warn.str().find("[env]") != std::string::npos);
+  r.resolve(Fixture::problem(4096), "{\"block_size\": 256}");
+  CHECK(warn.str().find("[explicit]") != std::string::npos);
+  const std::string w = warn.str();
+  CHECK(std::count(w.begin(), w.end(), '\n') == 2);
 }

@@ -35,6 +35,12 @@ class Workload {
 struct Floors {
   bool available = false;
   std::vector<double> gemm_ms;  // each GEMM the mode needs (logits, dX, dW), timed alone, full size
+  // The vocabulary width the GEMMs were timed at: V rounded up to a multiple of
+  // 128. A full-width GEMM at an odd V (GPT-2's 50257) falls off cuBLASLt's fast
+  // kernels and would make a fake-slow floor; a good implementation pays for
+  // aligned widths (padding or an aligned chunk plus a ragged one), so that is
+  // the floor. Equal to V when V is already aligned.
+  int64_t gemm_vocab = 0;
   double copy_gb_per_s = 0;     // device-to-device copy, bytes read + written per second
 };
 

@@ -264,7 +264,7 @@ def test_explain_sources(device, monkeypatch):
     assert e["family"] == "ce" and e["source"] == "env"
     monkeypatch.delenv("CELTUNE_CONFIG")
     # An explicit config runs: two passes over the vocabulary in chunks of 32, row chunks of 8.
-    loss = ct.linear_cross_entropy(x, w, t, config={"v_chunk": 32, "block_size": 32, "row_chunk": 8})
+    loss = ct.linear_cross_entropy(x, w, t, config={"v_chunk": 32, "block_size": 32, "threads": 32, "row_chunk": 8})
     assert rel(loss.detach(), F.cross_entropy(F.linear(x, w), t).detach()) < 2e-5
 
 

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [bench] [bench-fwd] [sanitize] [tune] [presets] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [bench] [bench-fwd] [sanitize] [tune] [presets] …
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/celtune-out}
@@ -43,6 +43,20 @@ for s in $steps; do
         note "validate $m N=4096: exit $rc ($(( $(date +%s) - t0 )) s): $(tail -1 "$OUT/validate_$m.log")"
         grep -E '^ +(loss|token_loss|lse|dx|dw|db|truth)' -A1 "$OUT/validate_$m.log" | head -24
       done
+      ;;
+    python)
+      # celtune.torch's pytest suite (CPU and CUDA cases) and the tiny-LM example,
+      # from the source tree over the staged libceltune; needs python3 with torch.
+      export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
+      t0=$(date +%s)
+      python3 -m pytest tests/python -q -p no:cacheprovider -rfE --junitxml="$OUT/pytest.xml" >"$OUT/pytest.log" 2>&1; rc=$?
+      note "python tests: exit $rc ($(( $(date +%s) - t0 )) s): $(tail -1 "$OUT/pytest.log")"
+      grep -E '^(FAILED|ERROR)' "$OUT/pytest.log" | head -20
+      ;;
+    example)
+      export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
+      python3 examples/train_tiny_lm.py >"$OUT/train_tiny_lm.txt" 2>&1; note "train_tiny_lm: exit $?"
+      cat "$OUT/train_tiny_lm.txt"
       ;;
     bench)
       $B/celtune bench >"$OUT/bench.txt" 2>"$OUT/bench.err"; note "bench: exit $?"

@@ -1,8 +1,9 @@
 /* celtune: fused (linear) cross-entropy kernels with tuned configs.
  *
  * A training job links libceltune (pkg-config: celtune), creates one context,
- * and calls celtune_flce / celtune_ce with device pointers. Each call resolves
- * its kernel config, in this order:
+ * and calls celtune_flce / celtune_ce with device pointers (or, on a context
+ * from celtune_create_cpu, host pointers). Each call resolves its kernel
+ * config, in this order:
  *   1. the explicit config in the call (args.config_json)
  *   2. CELTUNE_CONFIG in the environment (JSON)
  *   3. the database: this device and this exact problem
@@ -106,8 +107,18 @@ typedef struct {
   const char* config_json;
 } celtune_ce_args;
 
-/* db_path: the first database to read, or NULL; then $CELTUNE_DB, the user's, the shipped one. */
+/* db_path: the first database to read, or NULL; then $CELTUNE_DB, the user's, the shipped one.
+ * The context belongs to the CUDA device current at creation. */
 celtune_status celtune_create(celtune_context** ctx, const char* db_path);
+
+/* A context on the CPU backend, with the same config resolution (the device
+ * being this CPU). Every pointer in the args is host memory, the scalars
+ * (grad_scale, loss, bad_target) included, and the stream is ignored: a call
+ * returns when its outputs are written. Targets outside [0, V) that are not
+ * ignore_index are treated as ignored and reported through bad_target, as on
+ * the GPU. It runs the GPU's algorithm in fp32 on all cores: meant for tests
+ * and small work, not for speed. */
+celtune_status celtune_create_cpu(celtune_context** ctx, const char* db_path);
 void celtune_destroy(celtune_context* ctx);
 
 celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream);
@@ -120,6 +131,16 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
  * names the sizes needed. Either buffer may be NULL to skip it. */
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
                                    char* tag, size_t tag_size);
+celtune_status celtune_ce_config(celtune_context* ctx, const celtune_ce_args* args, char* json, size_t json_size,
+                                 char* tag, size_t tag_size);
+
+/* The device a context runs on: a CUDA ordinal, or -1 for a CPU context. */
+int celtune_context_device(const celtune_context* ctx);
+
+/* sizeof the named public struct ("celtune_flce_args", "celtune_ce_args",
+ * "celtune_loss_options"), 0 for another name: lets a binding from another
+ * language (ctypes, cffi) check its layout before it passes one. */
+size_t celtune_sizeof(const char* type_name);
 
 /* The message of the last failed call on this context ("" if none). */
 const char* celtune_last_error(const celtune_context* ctx);

@@ -1,7 +1,10 @@
 // The C API: the boundary where exceptions become status codes plus a message
 // (CLBlast's DispatchException pattern). Each context holds the cuBLASLt handle
-// and workspace (cuda::Context), the resolver with its read-only database and
-// config cache, and a lock that serialises calls on the context.
+// and workspace (cuda::Context) or, for a CPU context, the CPU backend; the
+// resolver with its read-only databases and config cache; and a lock that
+// serialises calls on the context.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -9,14 +12,18 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "celtune/celtune.h"
 #include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
+#include "model/numerics.hpp"
 #include "resolve.hpp"
 
 #ifdef CELTUNE_HAVE_CUDA
@@ -33,6 +40,7 @@ struct celtune_context {
   std::string last_error;
   DeviceInfo device;
   std::unique_ptr<runtime::Resolver> resolver;
+  std::shared_ptr<Backend> cpu;  // set for a CPU context (celtune_create_cpu)
 #ifdef CELTUNE_HAVE_CUDA
   std::unique_ptr<cuda::Context> cuda;
 #endif
@@ -114,6 +122,139 @@ Problem ce_problem(const celtune_ce_args& a) {
   return p;
 }
 
+
+// celtune_flce_config / celtune_ce_config: resolve without running. A buffer
+// too small for the answer is an error, not a silently truncated config.
+template <typename Args>
+void report_config(celtune_context* ctx, const Args* args, Problem (*problem)(const Args&), char* json,
+                   size_t json_size, char* tag, size_t tag_size) {
+  if (!args) fail_usage("null args");
+  const runtime::Resolved r = ctx->resolver->resolve(problem(*args), args->config_json);
+  // A truncated config would parse as something else or not at all: a buffer
+  // too small is its own status, with the sizes needed in the message.
+  const std::string t = runtime::to_string(r.source);
+  if (json && json_size) std::snprintf(json, json_size, "%s", r.json.c_str());
+  if (tag && tag_size) std::snprintf(tag, tag_size, "%s", t.c_str());
+  auto fits = [](const char* buf, size_t size, const std::string& text) { return !buf || size > text.size(); };
+  if (!fits(json, json_size, r.json) || !fits(tag, tag_size, t))
+    throw BufferTooSmall("buffer too small: the config needs " + std::to_string(r.json.size() + 1) +
+                         " bytes and the tag " + std::to_string(t.size() + 1) + " (with the terminating NUL); got " +
+                         std::to_string(json_size) + " and " + std::to_string(tag_size));
+}
+
+// ---- CPU contexts ----------------------------------------------------------
+// The caller's host arrays are read into a HostCase (floats, which hold every
+// bf16/fp16 value exactly), the CPU backend runs, and its outputs are written
+// back in the caller's dtype. The copies cost little next to the CPU kernels.
+
+// a·b as an element count, refused rather than wrapped when it overflows or
+// the bytes of such an array (8 per element at most) could not be addressed.
+size_t element_count(int64_t a, int64_t b, const char* what) {
+  int64_t n = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &n) || n > PTRDIFF_MAX / 8)
+    fail_usage(std::string(what) + " has too many elements (" + std::to_string(a) + " x " + std::to_string(b) + ")");
+  return static_cast<size_t>(n);
+}
+
+void need_host(const void* ptr, const char* what) {
+  if (!ptr) fail_usage(std::string("null host pointer: ") + what);
+}
+
+std::vector<float> read_host(const void* ptr, size_t n, DType t, const char* what) {
+  need_host(ptr, what);
+  std::vector<float> v(n);
+  if (t == DType::fp32) {
+    std::memcpy(v.data(), ptr, n * sizeof(float));
+  } else {
+    const auto* bits = static_cast<const uint16_t*>(ptr);
+    for (size_t k = 0; k < n; ++k) v[k] = t == DType::bf16 ? bf16_bits_to_float(bits[k]) : fp16_bits_to_float(bits[k]);
+  }
+  return v;
+}
+
+// The CPU backend's gradients already hold values of the dtype, so the
+// conversion to bits is exact.
+void write_host(void* ptr, const std::vector<float>& v, DType t, const char* what) {
+  need_host(ptr, what);
+  if (t == DType::fp32) {
+    std::memcpy(ptr, v.data(), v.size() * sizeof(float));
+    return;
+  }
+  auto* bits = static_cast<uint16_t*>(ptr);
+  for (size_t k = 0; k < v.size(); ++k) bits[k] = t == DType::bf16 ? float_to_bf16_bits(v[k]) : float_to_fp16_bits(v[k]);
+}
+
+// Targets, the upstream gradients and n_valid. A target outside [0, V) that
+// is not ignore_index is treated as ignored and the first one reported, as the
+// CUDA kernels do, so a caller sees the same behaviour on either device.
+void read_targets_and_grads(const Problem& p, const void* targets, const float* grad_scale, const float* grad_tokens,
+                            int64_t* bad_target, HostCase& in) {
+  need_host(targets, "targets");
+  const auto n = static_cast<size_t>(p.tokens);
+  in.targets.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    in.targets[i] = p.target_type == TargetType::i32 ? static_cast<const int32_t*>(targets)[i]
+                                                     : static_cast<const int64_t*>(targets)[i];
+  int64_t bad = -1;
+  in.n_valid = 0;
+  for (size_t i = 0; i < n; ++i) {
+    int64_t& t = in.targets[i];
+    if (t == p.loss.ignore_index) continue;
+    if (t < 0 || t >= p.vocab) {
+      if (bad < 0) bad = static_cast<int64_t>(i);
+      t = p.loss.ignore_index;
+      continue;
+    }
+    ++in.n_valid;
+  }
+  if (bad_target) *bad_target = bad;
+  // The backend reads a per-token scale for every row, forward only too.
+  if (p.loss.reduction == Reduction::none) in.grad_tokens.assign(n, 0.0f);
+  if (p.mode == Mode::forward_backward) {
+    if (p.loss.reduction == Reduction::none) {
+      need_host(grad_tokens, "grad_tokens");
+      in.grad_tokens.assign(grad_tokens, grad_tokens + n);
+    } else {
+      need_host(grad_scale, "grad_scale");
+      in.grad_scale = *grad_scale;
+    }
+  }
+}
+
+void write_losses(const Problem& p, const HostOutputs& out, float* loss, float* token_loss, float* lse) {
+  need_host(loss, "loss"), need_host(token_loss, "token_loss"), need_host(lse, "lse");
+  *loss = out.loss;
+  std::copy(out.token_loss.begin(), out.token_loss.end(), token_loss);
+  std::copy(out.lse.begin(), out.lse.end(), lse);
+  (void)p;
+}
+
+void run_flce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const celtune_flce_args& a) {
+  HostCase in;
+  const size_t nh = element_count(p.tokens, p.hidden, "x"), vh = element_count(p.vocab, p.hidden, "w");
+  in.x = read_host(a.x, nh, p.dtype, "x");
+  in.w = read_host(a.w, vh, p.dtype, "w");
+  if (p.bias) in.b = read_host(a.bias, static_cast<size_t>(p.vocab), p.dtype, "bias");
+  read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, a.bad_target, in);
+  const HostOutputs out = cpu.run(p, c, in);
+  write_losses(p, out, a.loss, a.token_loss, a.lse);
+  if (p.mode == Mode::forward_backward) {
+    write_host(a.dx, out.dx, p.dtype, "dx");
+    write_host(a.dw, out.dw, p.dtype, "dw");
+    if (p.bias) write_host(a.db, out.db, p.dtype, "db");
+  }
+}
+
+void run_ce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const celtune_ce_args& a) {
+  HostCase in;
+  in.logits = read_host(a.logits, element_count(p.tokens, p.vocab, "logits"), p.dtype, "logits");
+  read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, a.bad_target, in);
+  const HostOutputs out = cpu.run(p, c, in);
+  write_losses(p, out, a.loss, a.token_loss, a.lse);
+  // dz may equal logits (in place): the logits were copied into `in` above.
+  if (p.mode == Mode::forward_backward) write_host(a.dz, out.grad_logits, p.dtype, "dz");
+}
+
 #ifdef CELTUNE_HAVE_CUDA
 cuda::Context& device_context(celtune_context* ctx) {
   if (!ctx->cuda) fail_env("no CUDA device was available when this context was created");
@@ -139,6 +280,15 @@ void celtune_loss_defaults(celtune_loss_options* o) {
 }
 
 const char* celtune_version(void) { return CELTUNE_VERSION; }
+
+size_t celtune_sizeof(const char* type_name) {
+  if (!type_name) return 0;
+  const std::string_view n(type_name);
+  if (n == "celtune_flce_args") return sizeof(celtune_flce_args);
+  if (n == "celtune_ce_args") return sizeof(celtune_ce_args);
+  if (n == "celtune_loss_options") return sizeof(celtune_loss_options);
+  return 0;
+}
 
 celtune_status celtune_create(celtune_context** out, const char* db_path) {
   if (!out) return CELTUNE_ERROR_INVALID_ARGUMENT;
@@ -180,27 +330,40 @@ celtune_status celtune_create(celtune_context** out, const char* db_path) {
   return st;
 }
 
+celtune_status celtune_create_cpu(celtune_context** out, const char* db_path) {
+  if (!out) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  *out = nullptr;
+  auto ctx = std::make_unique<celtune_context>();
+  const celtune_status st = guarded(ctx.get(), [&] {
+    ctx->cpu = cpu::make_backend();
+    ctx->device = ctx->cpu->device();
+    ctx->resolver = std::make_unique<runtime::Resolver>(runtime::find_databases(db_path ? db_path : ""), ctx->device,
+                                                        kKernelSourceHash, std::cerr, runtime::backend_checks(ctx->cpu));
+  });
+  if (st == CELTUNE_OK) *out = ctx.release();
+  return st;
+}
+
 void celtune_destroy(celtune_context* ctx) { delete ctx; }
+
+int celtune_context_device(const celtune_context* ctx) {
+#ifdef CELTUNE_HAVE_CUDA
+  if (ctx && ctx->cuda) return ctx->cuda->device();
+#endif
+  (void)ctx;
+  return -1;
+}
 
 const char* celtune_last_error(const celtune_context* ctx) { return ctx ? ctx->last_error.c_str() : "null context"; }
 
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
                                    char* tag, size_t tag_size) {
-  return guarded(ctx, [&] {
-    if (!args) fail_usage("null args");
-    const Problem p = flce_problem(*args);
-    const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
-    // A truncated config would parse as something else or not at all: a buffer
-    // too small is its own status, with the size needed in the message.
-    const std::string t = runtime::to_string(r.source);
-    if (json && json_size) std::snprintf(json, json_size, "%s", r.json.c_str());
-    if (tag && tag_size) std::snprintf(tag, tag_size, "%s", t.c_str());
-    auto fits = [](const char* buf, size_t size, const std::string& text) { return !buf || size > text.size(); };
-    if (!fits(json, json_size, r.json) || !fits(tag, tag_size, t))
-      throw BufferTooSmall("buffer too small: the config needs " + std::to_string(r.json.size() + 1) +
-                           " bytes and the tag " + std::to_string(t.size() + 1) + " (with the terminating NUL); got " +
-                           std::to_string(json_size) + " and " + std::to_string(tag_size));
-  });
+  return guarded(ctx, [&] { report_config(ctx, args, flce_problem, json, json_size, tag, tag_size); });
+}
+
+celtune_status celtune_ce_config(celtune_context* ctx, const celtune_ce_args* args, char* json, size_t json_size,
+                                 char* tag, size_t tag_size) {
+  return guarded(ctx, [&] { report_config(ctx, args, ce_problem, json, json_size, tag, tag_size); });
 }
 
 celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream) {
@@ -208,6 +371,7 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
     if (!args) fail_usage("null args");
     const Problem p = flce_problem(*args);
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+    if (ctx->cpu) return run_flce_cpu(*ctx->cpu, p, r.config, *args);
 #ifdef CELTUNE_HAVE_CUDA
     cuda::Args a;
     a.x = args->x, a.w = args->w, a.b = args->bias, a.targets = args->targets;
@@ -227,6 +391,7 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
     if (!args) fail_usage("null args");
     const Problem p = ce_problem(*args);
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+    if (ctx->cpu) return run_ce_cpu(*ctx->cpu, p, r.config, *args);
 #ifdef CELTUNE_HAVE_CUDA
     cuda::Args a;
     a.logits = args->logits, a.targets = args->targets, a.grad_scale = args->grad_scale;

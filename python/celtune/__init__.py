@@ -1,0 +1,8 @@
+"""celtune: fused (linear) cross-entropy kernels with tuned configs.
+
+`celtune.torch` holds the PyTorch ops (it imports torch); this package itself
+needs nothing beyond the standard library, and loads libceltune on first use.
+"""
+from ._lib import CeltuneError, CeltuneInvalidArgument, library_path, version
+
+__all__ = ["CeltuneError", "CeltuneInvalidArgument", "library_path", "version"]

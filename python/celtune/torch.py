@@ -1,0 +1,543 @@
+"""celtune for PyTorch: fused (linear) cross-entropy as autograd ops.
+
+    import celtune.torch as ct
+    loss = ct.linear_cross_entropy(hidden, lm_head.weight, labels)   # instead of F.cross_entropy(lm_head(hidden), labels)
+    loss.backward()
+
+The kernels are libceltune's (bound through its C API with ctypes, so no build
+against PyTorch's C++ ABI): CUDA tensors run the CUDA backend on the current
+stream of their device, CPU tensors the CPU backend (for tests and small work,
+not for speed). One celtune context per device is created on first use and
+cached. Each call's kernel config comes from `config=`, else $CELTUNE_CONFIG,
+else the tuned database, else the built-in default; `explain` says which.
+
+Semantics are F.cross_entropy's for every option, with one deliberate
+difference: reduction "mean" over zero valid tokens (all ignored) gives 0, where
+PyTorch gives NaN (0/0), so a batch of padding does not poison training.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._lib import CeltuneError, CeltuneInvalidArgument
+
+__all__ = ["linear_cross_entropy", "cross_entropy", "explain", "LinearCrossEntropy", "CrossEntropy",
+           "CeltuneError", "CeltuneInvalidArgument"]
+
+_DTYPES = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16, torch.float32: _lib.FP32}
+_TARGET_DTYPES = {torch.int32: _lib.INT32, torch.int64: _lib.INT64}
+
+# ---- contexts: one per device, created lazily ------------------------------
+
+_contexts: dict[int, _lib.Context] = {}
+_contexts_lock = threading.Lock()
+
+
+def _device_index(dev: torch.device) -> int:
+    if dev.type == "cpu":
+        return -1
+    if dev.type == "cuda":
+        return dev.index if dev.index is not None else torch.cuda.current_device()
+    raise CeltuneInvalidArgument(f"celtune: tensors on {dev} are not supported (CUDA or CPU)")
+
+
+def _context(index: int) -> _lib.Context:
+    with _contexts_lock:
+        ctx = _contexts.get(index)
+        if ctx is None:
+            if index < 0:
+                ctx = _lib.Context(-1)
+            else:
+                # A context belongs to the CUDA device current at its creation.
+                with torch.cuda.device(index):
+                    ctx = _lib.Context(index)
+            _contexts[index] = ctx
+        return ctx
+
+
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    return None if t is None or t.numel() == 0 else t.data_ptr()
+
+
+def _check_targets_enabled() -> bool:
+    return os.environ.get("CELTUNE_CHECK_TARGETS", "1") != "0"
+
+
+def _run(fn, index: int, args) -> None:
+    """Runs a C API call on the right device and stream."""
+    ctx = _context(index)
+    if index < 0:
+        fn(ctx, args, 0)
+        return
+    with torch.cuda.device(index):
+        fn(ctx, args, torch.cuda.current_stream(index).cuda_stream)
+
+
+def _raise_bad_target(bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
+    # The kernels treat such a target as ignored and report the first one; here
+    # it becomes an exception, as F.cross_entropy's is. On a GPU reading the flag
+    # synchronises the stream once per call; CELTUNE_CHECK_TARGETS=0 skips it.
+    if not _check_targets_enabled():
+        return
+    i = int(bad.item())
+    if i >= 0:
+        t = int(target.reshape(-1)[i].item())
+        raise CeltuneInvalidArgument(f"celtune: target {t} at token {i} is outside [0, {vocab}) "
+                                     f"and is not ignore_index ({ignore_index})")
+
+
+def _dtype_code(t: Tensor, what: str) -> int:
+    if t.dtype not in _DTYPES:
+        raise CeltuneInvalidArgument(f"celtune: {what} has dtype {t.dtype}; expected bfloat16, float16 or float32")
+    return _DTYPES[t.dtype]
+
+
+def _target_code(t: Tensor) -> int:
+    if t.dtype not in _TARGET_DTYPES:
+        raise CeltuneInvalidArgument(f"celtune: target has dtype {t.dtype}; expected int64 or int32")
+    return _TARGET_DTYPES[t.dtype]
+
+
+def _common(a, data: Tensor, what: str, target: Tensor, ignore_index, reduction, label_smoothing, softcap,
+            z_loss, config, mode):
+    """The fields celtune_flce_args and celtune_ce_args share."""
+    a.dtype = _dtype_code(data, what)
+    a.target_dtype = _target_code(target)
+    a.options = _lib.LossOptions(ignore_index, reduction, label_smoothing, softcap, z_loss)
+    a.mode = mode
+    a.config_json = config.encode() if config is not None else None
+    return a
+
+
+def _flce_args(x, w, target, bias, *opts):
+    a = _lib.FlceArgs()
+    a.tokens, a.hidden = x.shape
+    a.vocab = w.shape[0]
+    return _common(a, x, "input", target, *opts)
+
+
+def _ce_args(logits, target, *opts):
+    a = _lib.CeArgs()
+    a.tokens, a.vocab = logits.shape
+    return _common(a, logits, "logits", target, *opts)
+
+
+def _f32(shape, like: Tensor) -> Tensor:
+    return torch.empty(shape, dtype=torch.float32, device=like.device)
+
+
+# ---- the custom ops (opaque to torch.compile; fake impls give shapes) -------
+# Each op runs one C API call. Gradients for mean and sum are computed in the
+# forward call with an upstream gradient of 1 (one pass over the logits, as the
+# fused kernels intend) and scaled in backward; reduction none needs the
+# per-token upstream gradient, so its backward recomputes (flce_backward).
+
+
+@torch.library.custom_op("celtune::flce_forward", mutates_args=())
+def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
+                  reduction: int, label_smoothing: float, softcap: float, z_loss: float,
+                  config: Optional[str], with_grad: bool
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    x, w, target = x.contiguous(), w.contiguous(), target.contiguous()
+    bias = bias.contiguous() if bias is not None else None
+    mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
+    a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
+    N, V = x.shape[0], w.shape[0]
+    loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
+    bad = torch.empty((), dtype=torch.int64, device=x.device)
+    one = torch.ones((), dtype=torch.float32, device=x.device)
+    dx = torch.empty_like(x) if with_grad else x.new_empty(0)
+    dw = torch.empty_like(w) if with_grad else w.new_empty(0)
+    db = torch.empty_like(bias) if with_grad and bias is not None else x.new_empty(0)
+    a.x, a.w, a.bias, a.targets = _ptr(x), _ptr(w), _ptr(bias), _ptr(target)
+    a.grad_scale = _ptr(one)
+    a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
+    a.dx, a.dw, a.db, a.bad_target = _ptr(dx), _ptr(dw), _ptr(db), _ptr(bad)
+    _run(_lib.Context.flce, _device_index(x.device), a)
+    _raise_bad_target(bad, target, V, ignore_index)
+    return loss, token_loss, lse, dx, dw, db
+
+
+@_flce_forward.register_fake
+def _(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, with_grad):
+    N = x.shape[0]
+    dx = torch.empty_like(x) if with_grad else x.new_empty(0)
+    dw = torch.empty_like(w) if with_grad else w.new_empty(0)
+    db = torch.empty_like(bias) if with_grad and bias is not None else x.new_empty(0)
+    return _f32((), x), _f32((N,), x), _f32((N,), x), dx, dw, db
+
+
+@torch.library.custom_op("celtune::flce_backward", mutates_args=())
+def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], grad_tokens: Tensor,
+                   ignore_index: int, label_smoothing: float, softcap: float, z_loss: float,
+                   config: Optional[str]) -> tuple[Tensor, Tensor, Tensor]:
+    x, w, target = x.contiguous(), w.contiguous(), target.contiguous()
+    bias = bias.contiguous() if bias is not None else None
+    g = grad_tokens.contiguous().to(torch.float32)
+    a = _flce_args(x, w, target, bias, ignore_index, _lib.NONE, label_smoothing, softcap, z_loss, config,
+                   _lib.FORWARD_BACKWARD)
+    N = x.shape[0]
+    loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    db = torch.empty_like(bias) if bias is not None else x.new_empty(0)
+    a.x, a.w, a.bias, a.targets, a.grad_tokens = _ptr(x), _ptr(w), _ptr(bias), _ptr(target), _ptr(g)
+    a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
+    a.dx, a.dw, a.db = _ptr(dx), _ptr(dw), _ptr(db)
+    _run(_lib.Context.flce, _device_index(x.device), a)
+    return dx, dw, db
+
+
+@_flce_backward.register_fake
+def _(x, w, target, bias, grad_tokens, ignore_index, label_smoothing, softcap, z_loss, config):
+    db = torch.empty_like(bias) if bias is not None else x.new_empty(0)
+    return torch.empty_like(x), torch.empty_like(w), db
+
+
+@torch.library.custom_op("celtune::ce_forward", mutates_args=())
+def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: int, label_smoothing: float,
+                softcap: float, z_loss: float, config: Optional[str], with_grad: bool
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    logits, target = logits.contiguous(), target.contiguous()
+    dz = torch.empty_like(logits) if with_grad else logits.new_empty(0)
+    loss, token_loss, lse = _ce_call(logits, target, dz, None, ignore_index, reduction, label_smoothing,
+                                     softcap, z_loss, config, with_grad)
+    return loss, token_loss, lse, dz
+
+
+@_ce_forward.register_fake
+def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, with_grad):
+    N = logits.shape[0]
+    dz = torch.empty_like(logits) if with_grad else logits.new_empty(0)
+    return _f32((), logits), _f32((N,), logits), _f32((N,), logits), dz
+
+
+@torch.library.custom_op("celtune::ce_forward_inplace", mutates_args=("logits",))
+def _ce_forward_inplace(logits: Tensor, target: Tensor, ignore_index: int, reduction: int,
+                        label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]
+                        ) -> tuple[Tensor, Tensor, Tensor]:
+    if not logits.is_contiguous():
+        raise CeltuneInvalidArgument("celtune: inplace_backward needs contiguous logits")
+    return _ce_call(logits, target.contiguous(), logits, None, ignore_index, reduction, label_smoothing,
+                    softcap, z_loss, config, True)
+
+
+@_ce_forward_inplace.register_fake
+def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config):
+    N = logits.shape[0]
+    return _f32((), logits), _f32((N,), logits), _f32((N,), logits)
+
+
+@torch.library.custom_op("celtune::ce_backward", mutates_args=())
+def _ce_backward(logits: Tensor, target: Tensor, grad_tokens: Tensor, ignore_index: int, label_smoothing: float,
+                 softcap: float, z_loss: float, config: Optional[str]) -> Tensor:
+    logits, target = logits.contiguous(), target.contiguous()
+    dz = torch.empty_like(logits)
+    _ce_call(logits, target, dz, grad_tokens.contiguous().to(torch.float32), ignore_index, _lib.NONE,
+             label_smoothing, softcap, z_loss, config, True)
+    return dz
+
+
+@_ce_backward.register_fake
+def _(logits, target, grad_tokens, ignore_index, label_smoothing, softcap, z_loss, config):
+    return torch.empty_like(logits)
+
+
+def _ce_call(logits, target, dz, grad_tokens, ignore_index, reduction, label_smoothing, softcap, z_loss,
+             config, with_grad):
+    mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
+    a = _ce_args(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
+    N, V = logits.shape
+    loss, token_loss, lse = _f32((), logits), _f32((N,), logits), _f32((N,), logits)
+    bad = torch.empty((), dtype=torch.int64, device=logits.device)
+    one = torch.ones((), dtype=torch.float32, device=logits.device)
+    a.logits, a.targets, a.dz = _ptr(logits), _ptr(target), _ptr(dz)
+    a.grad_scale, a.grad_tokens = _ptr(one), _ptr(grad_tokens)
+    a.loss, a.token_loss, a.lse, a.bad_target = _ptr(loss), _ptr(token_loss), _ptr(lse), _ptr(bad)
+    _run(_lib.Context.ce, _device_index(logits.device), a)
+    if grad_tokens is None:
+        _raise_bad_target(bad, target, V, ignore_index)
+    return loss, token_loss, lse
+
+
+# ---- autograd -----------------------------------------------------------------
+
+_DOUBLE_BACKWARD = ("celtune: double backward (create_graph=True through a celtune loss) is not supported: "
+                    "the kernels compute first derivatives only")
+
+
+def _refuse_double_backward() -> None:
+    # Backward runs with grad mode on only under create_graph=True; the
+    # gradients here are not differentiable functions of the inputs, so a
+    # second derivative through them would be silently wrong.
+    if torch.is_grad_enabled():
+        raise RuntimeError(_DOUBLE_BACKWARD)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
+                with_grad):
+        if reduction == _lib.NONE:
+            loss, token_loss, _, _, _, _ = _flce_forward(x, w, target, bias, ignore_index, reduction,
+                                                         label_smoothing, softcap, z_loss, config, False)
+            ctx.save_for_backward(x, w, target, bias)
+            ctx.none = True
+            ctx.opts = (ignore_index, label_smoothing, softcap, z_loss, config)
+            ctx.mark_non_differentiable(loss)
+            return loss, token_loss
+        loss, token_loss, _, dx, dw, db = _flce_forward(x, w, target, bias, ignore_index, reduction,
+                                                        label_smoothing, softcap, z_loss, config, with_grad)
+        ctx.save_for_backward(dx, dw, db)
+        ctx.none = False
+        ctx.has_bias = bias is not None
+        ctx.mark_non_differentiable(token_loss)
+        return loss, token_loss
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_token_loss):
+        _refuse_double_backward()
+        if ctx.none:  # recompute with the per-token upstream gradient
+            x, w, target, bias = ctx.saved_tensors
+            dx, dw, db = _flce_backward(x, w, target, bias, grad_token_loss, *ctx.opts)
+            return dx, dw, None, (db if bias is not None else None), *([None] * 7)
+        dx, dw, db = ctx.saved_tensors
+        if dx.numel() == 0 and dw.numel() == 0:
+            raise RuntimeError("celtune: the forward ran without gradients (no input required grad)")
+        g = grad_loss.to(torch.float32)
+        return ((dx * g).to(dx.dtype), (dw * g).to(dw.dtype), None,
+                (db * g).to(db.dtype) if ctx.has_bias else None, *([None] * 7))
+
+
+class _CrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
+                with_grad, inplace):
+        if reduction == _lib.NONE:
+            loss, token_loss, _, _ = _ce_forward(logits, target, ignore_index, reduction, label_smoothing,
+                                                 softcap, z_loss, config, False)
+            ctx.save_for_backward(logits, target)
+            ctx.none = True
+            ctx.opts = (ignore_index, label_smoothing, softcap, z_loss, config)
+            ctx.mark_non_differentiable(loss)
+            return loss, token_loss
+        if with_grad and inplace:
+            # dZ overwrites the logits: one [N, V] buffer fewer. The logits'
+            # version counter moves, so autograd refuses a backward of anything
+            # else that saved them, rather than reading dZ as logits.
+            loss, token_loss, _ = _ce_forward_inplace(logits, target, ignore_index, reduction, label_smoothing,
+                                                      softcap, z_loss, config)
+            dz = logits
+        else:
+            loss, token_loss, _, dz = _ce_forward(logits, target, ignore_index, reduction, label_smoothing,
+                                                  softcap, z_loss, config, with_grad)
+        ctx.save_for_backward(dz)
+        ctx.none = False
+        ctx.mark_non_differentiable(token_loss)
+        return loss, token_loss
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_token_loss):
+        _refuse_double_backward()
+        if ctx.none:
+            logits, target = ctx.saved_tensors
+            return (_ce_backward(logits, target, grad_token_loss, *ctx.opts), *([None] * 9))
+        (dz,) = ctx.saved_tensors
+        if dz.numel() == 0:
+            raise RuntimeError("celtune: the forward ran without gradients (logits did not require grad)")
+        return ((dz * grad_loss.to(torch.float32)).to(dz.dtype), *([None] * 9))
+
+
+# ---- the public functions -----------------------------------------------------
+
+
+def _reduction_code(reduction: str) -> int:
+    if reduction not in _lib.REDUCTIONS:
+        raise CeltuneInvalidArgument(f"celtune: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return _lib.REDUCTIONS[reduction]
+
+
+def _config_json(config) -> Optional[str]:
+    if config is None or isinstance(config, str):
+        return config
+    return json.dumps(config)
+
+
+def _same_device(*named) -> None:
+    tensors = [(n, t) for n, t in named if t is not None]
+    dev = tensors[0][1].device
+    for n, t in tensors[1:]:
+        if t.device != dev:
+            raise CeltuneInvalidArgument(f"celtune: {n} is on {t.device} but {tensors[0][0]} is on {dev}: "
+                                         "all tensors must be on one device")
+
+
+def _remap_ignore(target: Tensor, ignore_index: int, vocab: int) -> tuple[Tensor, int]:
+    # The library refuses an ignore_index inside [0, V) (it would hide real
+    # targets); PyTorch allows it (e.g. a padding id). Map those tokens to the
+    # most negative target value instead, which no real target can take.
+    if 0 <= ignore_index < vocab:
+        sentinel = torch.iinfo(target.dtype).min
+        return torch.where(target == ignore_index, torch.full_like(target, sentinel), target), sentinel
+    return target, ignore_index
+
+
+def _autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
+    if device.type in ("cuda", "cpu") and torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return None
+
+
+def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None, *,
+                         ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                         softcap: Optional[float] = None, z_loss: float = 0.0, config=None) -> Tensor:
+    """F.cross_entropy(F.linear(input, weight, bias), target, ...) without the logits.
+
+    input [..., H] (flattened to [N, H]; may be non-contiguous), weight [V, H],
+    bias [V] or None, target [...] of int64 or int32 with N elements. Gradients
+    for input, weight and bias. Options as F.cross_entropy's, plus
+    softcap (logits -> softcap * tanh(logits / softcap), Gemma 2) and z_loss
+    (adds z_loss * logsumexp^2 per token). config: a dict or JSON string naming a
+    kernel config, else $CELTUNE_CONFIG, else the tuned database, else the default.
+    Under torch.autocast the inputs are cast as F.linear casts them. Returns the
+    loss (fp32): a scalar, or target's shape for reduction "none".
+
+    Differences from F.cross_entropy: reduction "mean" over zero valid tokens
+    (every target ignored) gives 0, not NaN. Double backward is not supported.
+    Raises CeltuneInvalidArgument (a ValueError) for bad input.
+    """
+    red = _reduction_code(reduction)
+    if weight.dim() != 2:
+        raise CeltuneInvalidArgument(f"celtune: weight must be [V, H], got shape {tuple(weight.shape)}")
+    H = weight.shape[1]
+    if input.dim() < 1 or input.shape[-1] != H:
+        raise CeltuneInvalidArgument(f"celtune: input's last dimension must be H = {H} (weight is "
+                                     f"{tuple(weight.shape)}), got input {tuple(input.shape)}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
+        raise CeltuneInvalidArgument(f"celtune: bias must be [V] = [{weight.shape[0]}], got {tuple(bias.shape)}")
+    x = input.reshape(-1, H)
+    if target.numel() != x.shape[0]:
+        raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but input has "
+                                     f"{x.shape[0]} tokens")
+    _same_device(("input", input), ("weight", weight), ("target", target), ("bias", bias))
+    cast = _autocast_dtype(x.device)
+    if cast is not None:
+        x, weight = x.to(cast), weight.to(cast)
+        bias = bias.to(cast) if bias is not None else None
+    if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+        raise CeltuneInvalidArgument(f"celtune: input, weight and bias must share a dtype, got {x.dtype}, "
+                                     f"{weight.dtype}, {None if bias is None else bias.dtype}")
+    tgt, ign = _remap_ignore(target.reshape(-1), ignore_index, weight.shape[0])
+    with_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                             (bias is not None and bias.requires_grad))
+    with torch.autocast(x.device.type, enabled=False):
+        loss, token_loss = _LinearCrossEntropy.apply(x, weight, tgt, bias, ign, red, float(label_smoothing),
+                                                     float(softcap or 0.0), float(z_loss), _config_json(config),
+                                                     with_grad)
+    return token_loss.view(target.shape) if red == _lib.NONE else loss
+
+
+def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, softcap: Optional[float] = None, z_loss: float = 0.0,
+                  config=None, inplace_backward: bool = False) -> Tensor:
+    """F.cross_entropy on logits [..., V] (flattened to [N, V]) and class-index targets [...].
+
+    Options as linear_cross_entropy's. inplace_backward=True (reduction mean or
+    sum) writes the logits' gradient over the logits in the forward call, saving
+    one [N, V] buffer: the logits are destroyed, so nothing else may use them
+    afterwards (autograd refuses a backward that needs them). The logits keep
+    their dtype under autocast (the kernels accumulate in fp32 either way).
+
+    Differences from F.cross_entropy: reduction "mean" over zero valid tokens
+    gives 0, not NaN; probabilities as targets and class weights are not supported.
+    """
+    red = _reduction_code(reduction)
+    if input.dim() < 1:
+        raise CeltuneInvalidArgument("celtune: logits must have a class dimension")
+    V = input.shape[-1]
+    z = input.reshape(-1, V)
+    if target.numel() != z.shape[0]:
+        raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but logits have "
+                                     f"{z.shape[0]} rows")
+    if target.is_floating_point():
+        raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")
+    _same_device(("logits", input), ("target", target))
+    tgt, ign = _remap_ignore(target.reshape(-1), ignore_index, V)
+    with_grad = torch.is_grad_enabled() and z.requires_grad
+    loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, float(label_smoothing), float(softcap or 0.0),
+                                           float(z_loss), _config_json(config), with_grad, bool(inplace_backward))
+    return token_loss.view(target.shape) if red == _lib.NONE else loss
+
+
+def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optional[Tensor] = None, *,
+            ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+            softcap: Optional[float] = None, z_loss: float = 0.0, config=None, backward: bool = True) -> dict:
+    """The kernel config a call would use, and where it came from, without running it.
+
+    explain(input, weight, target, bias, ...) for linear_cross_entropy;
+    explain(logits, None, target, ...) for cross_entropy. Returns
+    {"family", "config" (dict), "source" (explicit, env, exact, nearest,
+    same-arch or default), "device"}.
+    """
+    red = _reduction_code(reduction)
+    mode = _lib.FORWARD_BACKWARD if backward else _lib.FORWARD
+    index = _device_index(input.device)
+    tgt = target.reshape(-1)
+    opts = (ignore_index, red, float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config))
+    if weight is None:
+        z = input.reshape(-1, input.shape[-1])
+        _, ign = _remap_ignore(tgt, ignore_index, z.shape[1])
+        args, family = _ce_args(z, tgt, ign, *opts[1:], mode), "ce"
+    else:
+        x = input.reshape(-1, weight.shape[1])
+        cast = _autocast_dtype(x.device)
+        if cast is not None:
+            x = x.to(cast)
+        _, ign = _remap_ignore(tgt, ignore_index, weight.shape[0])
+        args, family = _flce_args(x, weight, tgt, bias, ign, *opts[1:], mode), "flce"
+        args.bias = 1 if bias is not None else None  # only its presence matters to the lookup
+    ctx = _context(index)
+    if index >= 0:
+        with torch.cuda.device(index):
+            js, tag = ctx.config(args)
+    else:
+        js, tag = ctx.config(args)
+    return {"family": family, "config": json.loads(js), "source": tag,
+            "device": "cpu" if index < 0 else f"cuda:{index}"}
+
+
+class LinearCrossEntropy(torch.nn.Module):
+    """nn.Module form of linear_cross_entropy: forward(input, weight, target, bias=None)."""
+
+    def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 softcap: Optional[float] = None, z_loss: float = 0.0, config=None):
+        super().__init__()
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+        self.softcap, self.z_loss, self.config = softcap, z_loss, config
+
+    def forward(self, input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+        return linear_cross_entropy(input, weight, target, bias, ignore_index=self.ignore_index,
+                                    reduction=self.reduction, label_smoothing=self.label_smoothing,
+                                    softcap=self.softcap, z_loss=self.z_loss, config=self.config)
+
+
+class CrossEntropy(torch.nn.Module):
+    """nn.Module form of cross_entropy: forward(logits, target)."""
+
+    def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                 softcap: Optional[float] = None, z_loss: float = 0.0, config=None, inplace_backward: bool = False):
+        super().__init__()
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
+        self.softcap, self.z_loss, self.config = softcap, z_loss, config
+        self.inplace_backward = inplace_backward
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,
+                             label_smoothing=self.label_smoothing, softcap=self.softcap, z_loss=self.z_loss,
+                             config=self.config, inplace_backward=self.inplace_backward)

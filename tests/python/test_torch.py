@@ -1,0 +1,312 @@
+"""celtune.torch against F.cross_entropy (fp32 logits) for every option, dtype
+and gradient, on the CPU backend and, where present, on CUDA."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import devices
+
+ct = pytest.importorskip("celtune.torch")
+
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
+
+# Option sets: (name, kwargs); each is also run with every reduction.
+OPTIONS = [
+    ("plain", {}),
+    ("ignored", {"ignore": 0.3}),
+    ("smoothing+ignored", {"label_smoothing": 0.1, "ignore": 0.3}),
+    ("softcap+zloss", {"softcap": 3.0, "z_loss": 1e-2, "ignore": 0.1}),
+    ("zloss", {"z_loss": 1e-3}),
+    ("ignore_index=3 (inside V)", {"ignore_index": 3, "ignore": 0.2}),
+]
+
+
+def every_case(test):
+    """Each device x dtype x reduction x option set."""
+    for mark in (pytest.mark.parametrize("name,opts", OPTIONS, ids=[o[0] for o in OPTIONS]),
+                 pytest.mark.parametrize("reduction", ["mean", "sum", "none"]),
+                 pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16]),
+                 pytest.mark.parametrize("device", devices())):
+        test = mark(test)
+    return test
+
+
+def reference_loss(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                   softcap=None, z_loss=0.0):
+    """F.cross_entropy on fp32 logits, plus softcap and z-loss as flce-math.md defines them."""
+    z = logits.float()
+    if softcap:
+        z = softcap * torch.tanh(z / softcap)
+    tl = F.cross_entropy(z, target, ignore_index=ignore_index, reduction="none", label_smoothing=label_smoothing)
+    if z_loss:
+        valid = (target != ignore_index).float()
+        tl = tl + z_loss * torch.logsumexp(z, dim=-1) ** 2 * valid
+    if reduction == "none":
+        return tl
+    if reduction == "sum":
+        return tl.sum()
+    return tl.sum() / (target != ignore_index).sum()
+
+
+def make(device, dtype, N=37, H=24, V=61, ignore=0.0, ignore_index=-100, bias=False, seed=0, lead=()):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*lead, N, H, generator=g)
+    w = torch.randn(V, H, generator=g) * 0.5
+    b = torch.randn(V, generator=g) if bias else None
+    t = torch.randint(0, V, (*lead, N), generator=g)
+    t[0 if not lead else (0,) * len(lead) + (0,)] = V - 1
+    t[torch.rand(t.shape, generator=g) < ignore] = ignore_index
+    cvt = lambda a: None if a is None else a.to(device=device, dtype=dtype).requires_grad_()
+    return cvt(x), cvt(w), cvt(b), t.to(device)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def loss_kwargs(opts, reduction):
+    kw = {k: v for k, v in opts.items() if k != "ignore"}
+    kw["reduction"] = reduction
+    return kw
+
+
+@every_case
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+def test_linear_cross_entropy_matches_pytorch(device, dtype, reduction, name, opts, bias):
+    kw = loss_kwargs(opts, reduction)
+    x, w, b, t = make(device, dtype, ignore=opts.get("ignore", 0.0), ignore_index=kw.get("ignore_index", -100),
+                      bias=bias)
+    loss = ct.linear_cross_entropy(x, w, t, b, **kw)
+    # The reference: fp32 logits from the same (dtype-valued) inputs.
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    br = b.detach().float().requires_grad_() if bias else None
+    ref = reference_loss(F.linear(xr, wr, br), t, **kw)
+    assert loss.dtype == torch.float32 and loss.shape == ref.shape
+    tol = TOL[dtype]
+    assert rel(loss.detach(), ref.detach()) < tol, (loss, ref)
+    # A non-uniform upstream gradient, so a kernel that ignores it cannot pass.
+    gout = torch.rand(ref.shape, generator=torch.Generator().manual_seed(1)).to(device) + 0.5
+    loss.backward(gout)
+    ref.backward(gout)
+    # The kernels round dZ to the input dtype before the gradient GEMMs.
+    gtol = 4 * tol if dtype != torch.float32 else 1e-4
+    assert x.grad.dtype == dtype and x.grad.shape == x.shape
+    assert rel(x.grad, xr.grad) < gtol
+    assert rel(w.grad, wr.grad) < gtol
+    if bias:
+        assert rel(b.grad, br.grad) < gtol
+
+
+@every_case
+@pytest.mark.parametrize("inplace", [False, True], ids=["outofplace", "inplace"])
+def test_cross_entropy_matches_pytorch(device, dtype, reduction, name, opts, inplace):
+    kw = loss_kwargs(opts, reduction)
+    g = torch.Generator().manual_seed(2)
+    N, V = 29, 67
+    base = (torch.randn(N, V, generator=g) * 3).to(device=device, dtype=dtype).requires_grad_()
+    t = torch.randint(0, V, (N,), generator=g)
+    t[torch.rand(N, generator=g) < opts.get("ignore", 0.0)] = kw.get("ignore_index", -100)
+    t = t.to(device)
+    logits = base * 1  # a non-leaf, as a model's logits are (in place needs one)
+    loss = ct.cross_entropy(logits, t, inplace_backward=inplace, **kw)
+    zr = base.detach().float().requires_grad_()
+    ref = reference_loss(zr, t, **kw)
+    tol = TOL[dtype]
+    assert rel(loss.detach(), ref.detach()) < tol
+    gout = torch.rand(ref.shape, generator=torch.Generator().manual_seed(3)).to(device) + 0.5
+    loss.backward(gout)
+    ref.backward(gout)
+    assert base.grad.dtype == dtype
+    assert rel(base.grad, zr.grad) < (4 * tol if dtype != torch.float32 else 1e-4)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_leading_dims_and_noncontiguous_input(device):
+    x, w, b, t = make(device, torch.float32, N=9, lead=(3,), bias=True)
+    xt = x.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_()  # [3, 9, H], non-contiguous
+    assert not xt.is_contiguous()
+    loss = ct.linear_cross_entropy(xt, w, t, b)
+    xr = xt.detach().clone().requires_grad_()
+    ref = F.cross_entropy(F.linear(xr, w.detach(), b.detach()).flatten(0, 1), t.flatten())
+    assert rel(loss.detach(), ref.detach()) < 2e-5
+    loss.backward(), ref.backward()
+    assert xt.grad.shape == xt.shape and rel(xt.grad, xr.grad) < 1e-4
+    none = ct.linear_cross_entropy(xt, w, t, b, reduction="none")
+    assert none.shape == t.shape
+
+
+@pytest.mark.parametrize("device", devices())
+def test_all_ignored_mean_is_zero(device):
+    # The one deliberate difference: PyTorch gives NaN (0/0), celtune 0.
+    x, w, _, t = make(device, torch.float32, N=5)
+    t = torch.full_like(t, -100)
+    loss = ct.linear_cross_entropy(x, w, t)
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.all(x.grad == 0) and torch.all(w.grad == 0)
+    assert math.isnan(F.cross_entropy(F.linear(x, w), t).item())
+
+
+@pytest.mark.parametrize("device", devices())
+def test_backward_twice_with_retain_graph(device):
+    for reduction in ("mean", "none"):
+        x, w, b, t = make(device, torch.float32, bias=True)
+        loss = ct.linear_cross_entropy(x, w, t, b, reduction=reduction).sum()
+        loss.backward(retain_graph=True)
+        first = (x.grad.clone(), w.grad.clone(), b.grad.clone())
+        loss.backward()
+        for g1, g2 in zip(first, (x.grad, w.grad, b.grad)):
+            assert torch.allclose(g2, 2 * g1, rtol=1e-6, atol=1e-7)
+    z = (torch.randn(8, 33, device=device) * 1).requires_grad_()
+    t = torch.randint(0, 33, (8,), device=device)
+    loss = ct.cross_entropy(z * 1, t, inplace_backward=True)
+    loss.backward(retain_graph=True)
+    g1 = z.grad.clone()
+    loss.backward()
+    assert torch.allclose(z.grad, 2 * g1)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_double_backward_refused(device):
+    x, w, _, t = make(device, torch.float32)
+    loss = ct.linear_cross_entropy(x, w, t)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(loss, x, create_graph=True)
+    z = torch.randn(4, 9, device=device, requires_grad=True)
+    loss = ct.cross_entropy(z, torch.randint(0, 9, (4,), device=device))
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(loss, z, create_graph=True)
+
+
+@pytest.mark.filterwarnings("ignore:Input #.*double precision")
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_gradcheck_cpu(reduction):
+    # gradcheck wants float64, and the CPU backend computes in fp32, so this is
+    # gradcheck in fp32 with a central-difference step (eps) and tolerances
+    # sized for fp32: truncation error ~eps^2, rounding ~1e-7/eps. It checks
+    # the analytic gradients against finite differences of our own forward,
+    # independently of PyTorch's implementation.
+    x, w, b, t = make("cpu", torch.float32, N=6, H=5, V=7, ignore=0.2, bias=True, seed=4)
+    kw = {"reduction": reduction, "label_smoothing": 0.1, "softcap": 4.0, "z_loss": 1e-2}
+
+    def f(x, w, b):
+        return ct.linear_cross_entropy(x, w, t, b, **kw)
+
+    assert torch.autograd.gradcheck(f, (x, w, b), eps=1e-2, atol=2e-3, rtol=1e-2, nondet_tol=0.0,
+                                    check_undefined_grad=False)
+    z = (torch.randn(6, 7, generator=torch.Generator().manual_seed(5)) * 2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda z: ct.cross_entropy(z, t, **kw), (z,), eps=1e-2, atol=2e-3, rtol=1e-2,
+                                    check_undefined_grad=False)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    x, w, b, t = make(device, torch.float32, bias=True)
+    z = torch.randn(11, 23, device=device, requires_grad=True)
+    tz = torch.randint(0, 23, (11,), device=device)
+
+    def step(x, w, b, z):
+        a = ct.linear_cross_entropy(x * 2, w, t, b, label_smoothing=0.1)
+        c = ct.cross_entropy(z * 1, tz, reduction="none").sum()
+        return a + c
+
+    backend = "inductor" if device == "cuda" else "aot_eager"  # aot_eager: no C++ compile on a CPU-only CI
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    out = compiled(x, w, b, z)
+    out.backward()
+    grads = [a.grad.clone() for a in (x, w, b, z)]
+    for a in (x, w, b, z):
+        a.grad = None
+    eager = step(x, w, b, z)
+    eager.backward()
+    assert torch.allclose(out, eager, rtol=1e-5)
+    for g, a in zip(grads, (x, w, b, z)):
+        assert torch.allclose(g, a.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_modules(device):
+    x, w, b, t = make(device, torch.float32, bias=True)
+    m = ct.LinearCrossEntropy(label_smoothing=0.1)
+    ref = F.cross_entropy(F.linear(x, w, b), t, label_smoothing=0.1)
+    assert rel(m(x, w, t, b).detach(), ref.detach()) < 2e-5
+    logits = F.linear(x, w, b)
+    assert rel(ct.CrossEntropy(reduction="sum")(logits, t).detach(), F.cross_entropy(logits, t, reduction="sum")) < 2e-5
+
+
+@pytest.mark.parametrize("device", devices())
+def test_autocast_casts_like_linear(device):
+    x, w, _, t = make(device, torch.float32)
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        loss = ct.linear_cross_entropy(x, w, t)
+        ref_logits = F.linear(x, w)
+    assert ref_logits.dtype == torch.bfloat16
+    ref = F.cross_entropy(ref_logits.float(), t)
+    assert rel(loss.detach(), ref.detach()) < 2e-2
+    loss.backward()
+    assert x.grad.dtype == torch.float32 and w.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize("device", devices())
+def test_explain_sources(device, monkeypatch):
+    x, w, _, t = make(device, torch.float32)
+    e = ct.explain(x, w, t)
+    assert e["family"] == "flce" and e["source"] in ("exact", "nearest", "same-arch", "default")
+    assert "v_chunk" in e["config"]
+    e = ct.explain(x, w, t, config={"v_chunk": 32, "block_size": 32})
+    assert e["source"] == "explicit" and e["config"]["v_chunk"] == 32
+    monkeypatch.setenv("CELTUNE_CONFIG", '{"row_chunk": 8}')
+    e = ct.explain(x @ w.T, None, t)
+    assert e["family"] == "ce" and e["source"] == "env"
+    monkeypatch.delenv("CELTUNE_CONFIG")
+    # An explicit config runs: two passes over the vocabulary in chunks of 32, row chunks of 8.
+    loss = ct.linear_cross_entropy(x, w, t, config={"v_chunk": 32, "block_size": 32, "threads": 32, "row_chunk": 8})
+    assert rel(loss.detach(), F.cross_entropy(F.linear(x, w), t).detach()) < 2e-5
+
+
+@pytest.mark.parametrize("device", devices())
+def test_bad_input_raises_library_message(device):
+    x, w, _, t = make(device, torch.float32)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2 is outside"):
+        bad = t.clone()
+        bad[2] = 9999
+        ct.linear_cross_entropy(x, w, bad)
+    with pytest.raises(ValueError, match="outside"):
+        bad = t.clone()
+        bad[1] = -7
+        ct.cross_entropy(x @ w.T, bad)
+    with pytest.raises(ValueError, match="dtype"):
+        ct.linear_cross_entropy(x.double(), w.double(), t)
+    with pytest.raises(ValueError, match="share a dtype"):
+        ct.linear_cross_entropy(x, w.half(), t)
+    with pytest.raises(ValueError, match="last dimension"):
+        ct.linear_cross_entropy(x[:, :5], w, t)
+    with pytest.raises(ValueError, match="elements"):
+        ct.linear_cross_entropy(x, w, t[:3])
+    with pytest.raises(ValueError, match="target has dtype"):
+        ct.linear_cross_entropy(x, w, t.to(torch.int16))
+    # From the library itself (celtune_last_error): options and configs.
+    with pytest.raises(ValueError, match="label smoothing must be in"):
+        ct.linear_cross_entropy(x, w, t, label_smoothing=1.5)
+    with pytest.raises(ValueError, match="z-loss"):
+        ct.linear_cross_entropy(x, w, t, z_loss=-1.0)
+    with pytest.raises(ValueError, match="block_size"):
+        ct.linear_cross_entropy(x, w, t, config={"block_size": 3})
+    with pytest.raises(ValueError, match="reduction"):
+        ct.linear_cross_entropy(x, w, t, reduction="avg")
+    if torch.cuda.is_available():
+        other = "cpu" if device == "cuda" else "cuda"
+        with pytest.raises(ValueError, match="one device"):
+            ct.linear_cross_entropy(x, w.to(other), t)
+
+
+def test_int32_targets_and_cpu_context_is_cached():
+    x, w, _, t = make("cpu", torch.float32)
+    a = ct.linear_cross_entropy(x, w, t.int())
+    b = ct.linear_cross_entropy(x, w, t)
+    assert a.item() == b.item()
+    assert ct._context(-1) is ct._context(-1)

@@ -1,0 +1,130 @@
+// The C API's CPU context (celtune_create_cpu): host pointers in the caller's
+// dtype, the same resolution, and results identical to the CPU backend's, since
+// it is the same algorithm behind a conversion to and from the dtype.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "celtune/celtune.h"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/config.hpp"
+#include "model/numerics.hpp"
+
+using namespace celtune;
+
+namespace {
+
+std::vector<uint16_t> to_bits(const std::vector<float>& v, DType t) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t k = 0; k < v.size(); ++k) b[k] = t == DType::bf16 ? float_to_bf16_bits(v[k]) : float_to_fp16_bits(v[k]);
+  return b;
+}
+std::vector<float> from_bits(const std::vector<uint16_t>& b, DType t) {
+  std::vector<float> v(b.size());
+  for (size_t k = 0; k < b.size(); ++k) v[k] = t == DType::bf16 ? bf16_bits_to_float(b[k]) : fp16_bits_to_float(b[k]);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("CPU context: flce through the C API equals the CPU backend, bit for bit") {
+  const char* cfg = R"({"v_chunk": 64, "row_chunk": 8, "block_size": 32})";  // two passes, several row chunks
+  for (auto [dtype, cdt] : {std::pair{DType::bf16, CELTUNE_BF16}, std::pair{DType::fp32, CELTUNE_FP32}}) {
+    for (auto red : {Reduction::mean, Reduction::none}) {
+      CAPTURE(to_string(dtype));
+      Problem p;
+      p.family = Family::flce, p.tokens = 19, p.hidden = 16, p.vocab = 150, p.dtype = dtype, p.bias = true;
+      p.loss.reduction = red, p.loss.label_smoothing = 0.1, p.loss.softcap = 20;
+      p.mode = Mode::forward_backward;
+      HostCase in = make_case(p, CaseSpec{.seed = 7});
+      const HostOutputs want = cpu::run(p, parse_config_json(cfg), in);
+
+      celtune_context* ctx = nullptr;
+      REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+      CHECK(celtune_context_device(ctx) == -1);
+      const auto N = static_cast<size_t>(p.tokens), H = static_cast<size_t>(p.hidden), V = static_cast<size_t>(p.vocab);
+      std::vector<uint16_t> x16, w16, b16, dx16(N * H), dw16(V * H), db16(V);
+      std::vector<float> dx32(N * H), dw32(V * H), db32(V);
+      const bool half = dtype != DType::fp32;
+      if (half) x16 = to_bits(in.x, dtype), w16 = to_bits(in.w, dtype), b16 = to_bits(in.b, dtype);
+      float loss = 0;
+      std::vector<float> tl(N), lse(N);
+      int64_t bad = 7;
+      celtune_flce_args a{};
+      a.tokens = p.tokens, a.hidden = p.hidden, a.vocab = p.vocab, a.dtype = cdt, a.target_dtype = CELTUNE_INT64;
+      celtune_loss_defaults(&a.options);
+      a.options.reduction = red == Reduction::mean ? CELTUNE_MEAN : CELTUNE_NONE;
+      a.options.label_smoothing = 0.1f, a.options.softcap = 20;
+      a.mode = CELTUNE_FORWARD_BACKWARD;
+      a.x = half ? static_cast<const void*>(x16.data()) : in.x.data();
+      a.w = half ? static_cast<const void*>(w16.data()) : in.w.data();
+      a.bias = half ? static_cast<const void*>(b16.data()) : in.b.data();
+      a.targets = in.targets.data(), a.grad_scale = &in.grad_scale, a.grad_tokens = in.grad_tokens.data();
+      a.loss = &loss, a.token_loss = tl.data(), a.lse = lse.data(), a.bad_target = &bad;
+      a.dx = half ? static_cast<void*>(dx16.data()) : dx32.data();
+      a.dw = half ? static_cast<void*>(dw16.data()) : dw32.data();
+      a.db = half ? static_cast<void*>(db16.data()) : db32.data();
+      a.config_json = cfg;
+      REQUIRE_MESSAGE(celtune_flce(ctx, &a, nullptr) == CELTUNE_OK, celtune_last_error(ctx));
+      CHECK(bad == -1);
+      CHECK(loss == want.loss);
+      CHECK(tl == want.token_loss);
+      CHECK(lse == want.lse);
+      CHECK((half ? from_bits(dx16, dtype) : dx32) == want.dx);
+      CHECK((half ? from_bits(dw16, dtype) : dw32) == want.dw);
+      CHECK((half ? from_bits(db16, dtype) : db32) == want.db);
+
+      // A target outside [0, V) is reported and treated as ignored, as on the GPU.
+      in.targets[3] = 1000;
+      REQUIRE(celtune_flce(ctx, &a, nullptr) == CELTUNE_OK);
+      CHECK(bad == 3);
+      CHECK(tl[3] == 0.0f);
+      // Missing host pointers are usage errors with the name, not crashes.
+      a.dw = nullptr;
+      CHECK(celtune_flce(ctx, &a, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+      CHECK(std::string(celtune_last_error(ctx)).find("dw") != std::string::npos);
+      celtune_destroy(ctx);
+    }
+  }
+}
+
+TEST_CASE("CPU context: ce in place, config lookup with tags, struct sizes for bindings") {
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  const int64_t N = 5, V = 40;
+  std::vector<float> z(N * V);
+  for (size_t k = 0; k < z.size(); ++k) z[k] = static_cast<float>((k * 37) % 11) - 5.0f;
+  std::vector<int64_t> t = {0, 39, -100, 7, 8};
+  float g = 2.0f, loss = 0;
+  std::vector<float> tl(N), lse(N);
+  celtune_ce_args a{};
+  a.tokens = N, a.vocab = V, a.dtype = CELTUNE_FP32, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.mode = CELTUNE_FORWARD_BACKWARD;
+  a.logits = z.data(), a.dz = z.data(), a.targets = t.data(), a.grad_scale = &g;
+  a.loss = &loss, a.token_loss = tl.data(), a.lse = lse.data();
+  char json[512], tag[32];
+  REQUIRE(celtune_ce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_OK);
+  CHECK(std::string(tag) == "default");
+  REQUIRE(celtune_ce(ctx, &a, nullptr) == CELTUNE_OK);
+  // dZ rows sum to zero (softmax minus one-hot, times g/n_valid); the ignored row is zero.
+  for (int64_t i = 0; i < N; ++i) {
+    double s = 0;
+    for (int64_t j = 0; j < V; ++j) s += z[static_cast<size_t>(i * V + j)];
+    CHECK(std::abs(s) < 1e-5);
+  }
+  CHECK(z[2 * V] == 0.0f);
+  CHECK(loss > 0);
+  a.vocab = -1;
+  CHECK(celtune_ce(ctx, &a, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("vocab") != std::string::npos);
+  celtune_destroy(ctx);
+  CHECK(celtune_create_cpu(nullptr, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(celtune_sizeof("celtune_flce_args") == sizeof(celtune_flce_args));
+  CHECK(celtune_sizeof("celtune_ce_args") == sizeof(celtune_ce_args));
+  CHECK(celtune_sizeof("celtune_loss_options") == sizeof(celtune_loss_options));
+  CHECK(celtune_sizeof("nope") == 0);
+  CHECK(celtune_sizeof(nullptr) == 0);
+}

@@ -32,7 +32,7 @@
 // and loss. Forward: one statistics-only GEMM over all of V per row chunk, no
 // tile at all. Forward+backward, one pass: the same GEMM also stores the tile,
 // then dZ (ce_grad: one read, one write), dX on cuBLASLt and dW on CUTLASS's
-// persistent ping-pong GEMM, in place. Two passes: the statistics-only GEMM over
+// persistent GEMM, in place. Two passes: the statistics-only GEMM over
 // all of V gives the final LSE first, so pass 1 stores nothing; pass 2 as above.
 #include "flce.hpp"
 
@@ -341,7 +341,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     }
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
-      if (L.fused) {  // CUTLASS, persistent ping-pong, in place; TMA takes any width
+      if (L.fused) {  // CUTLASS, persistent, in place; TMA takes any width
         sm90::DwArgs g;
         g.rows = rows, g.cols = cols, g.hidden = H;
         g.dz = tile, g.ld_dz = L.ld_vc, g.x = at(a.x, r0 * H, bytes);

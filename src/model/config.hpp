@@ -44,7 +44,7 @@ struct KernelConfig {
   // flce: which GEMMs run it. cublaslt: cuBLASLt GEMMs and the CE kernels on the
   // tile (any architecture, any dtype). fused: Hopper (sm_90) CUTLASS kernels whose
   // epilogue computes the softmax statistics, so forward writes no logits and the
-  // backward reads the tile once; dW accumulates in a persistent ping-pong GEMM.
+  // backward reads the tile once; dW accumulates in place in a persistent CUTLASS GEMM.
   // bf16/fp16 only; unavailable without CUTLASS in the build (check() says why).
   enum class Impl { cublaslt, fused };
   Impl impl = Impl::cublaslt;

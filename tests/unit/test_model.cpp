@@ -119,7 +119,7 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   ce.family = Family::ce, ce.hidden = 0;
   CHECK_THROWS_AS(validate_config(ce, f), Error);
   KernelConfig named = c;
-  named.dw_kernel = "128x128x64_1x1x1_pingpong";  // a variant name without impl fused
+  named.dw_kernel = "256x128x64_1x2x1_coop";  // a variant name without impl fused
   CHECK_THROWS_AS(validate_config(p, named), Error);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "kernels/flce/sm90/variants.hpp"
 #include "kernels/space.hpp"
 #include "tuners/strategy.hpp"
 
@@ -86,9 +87,11 @@ TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where 
   p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.dtype = DType::bf16;
   const int fused_bwd = count(p, fused);
   CHECK(fused_bwd > 0);
-  // Every variant of both roles is reachable in forward+backward.
-  CHECK(count(p, [](const KernelConfig& c) { return !c.logits_kernel.empty(); }) > 0);
-  CHECK(count(p, [](const KernelConfig& c) { return !c.dw_kernel.empty(); }) > 0);
+  // Every variant of both roles is reachable in forward+backward (row 0 unnamed).
+  CHECK((count(p, [](const KernelConfig& c) { return !c.logits_kernel.empty(); }) > 0) ==
+        (std::size(kSm90LogitsVariantNames) > 1));
+  CHECK((count(p, [](const KernelConfig& c) { return !c.dw_kernel.empty(); }) > 0) ==
+        (std::size(kSm90DwVariantNames) > 1));
   // Variant names never leak into cuBLASLt configs, nor the fold's row cache into fused.
   CHECK(count(p, [](const KernelConfig& c) {
           return c.impl != KernelConfig::Impl::fused && (!c.logits_kernel.empty() || !c.dw_kernel.empty());

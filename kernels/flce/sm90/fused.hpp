@@ -8,8 +8,9 @@
 //     columns the online-softmax pair (max, Σexp) of ẑ = softcap(round(z) + b),
 //     and Σẑ when label smoothing needs it (epilogue visitor tree in
 //     ce_epilogue.cuh). The tile store is optional: forward only writes none.
-//   dW: dW[cols, H] = dZᵀ·X + beta·dW, in place, persistent ping-pong, so the
-//     read-modify-write of dW across row chunks runs behind the next tile's math.
+//   dW: dW[cols, H] = dZᵀ·X + beta·dW, in place, persistent, the dZ slab
+//     multicast within a cluster (the read-modify-write of dW across row chunks
+//     and the slab reads bound it at small row chunks).
 // Variants are a short named table (tile, cluster, schedule; variants.hpp), named
 // as CUTLASS's profiler names them; the config picks one per role by name, and
 // `variant` below is its row. Built without CUTLASS, available() says so and the

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [bench] [bench-fwd] [sanitize] [tune] [presets] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] …
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/celtune-out}
@@ -47,7 +47,13 @@ for s in $steps; do
     python)
       # celtune.torch's pytest suite (CPU and CUDA cases) and the tiny-LM example,
       # from the source tree over the staged libceltune; needs python3 with torch.
-      export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
+      # pytest, when the machine's image lacks it, travels as wheels in .whl/
+      # (carry it; the device README says how they are downloaded).
+      site=""
+      if ! python3 -c 'import pytest' 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && site=/tmp/site
+      fi
+      export PYTHONPATH=$PWD/python${site:+:$site} CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
       t0=$(date +%s)
       python3 -m pytest tests/python -q -p no:cacheprovider -rfE --junitxml="$OUT/pytest.xml" >"$OUT/pytest.log" 2>&1; rc=$?
       note "python tests: exit $rc ($(( $(date +%s) - t0 )) s): $(tail -1 "$OUT/pytest.log")"
@@ -188,7 +194,7 @@ for s in $steps; do
       note "tune exhaustive: exit $? in $(( $(date +%s) - t0 )) s"
       cat "$OUT/exhaustive.txt"
       ;;
-    example)
+    c-example)
       LD_LIBRARY_PATH=$PWD/.gpu/lib $B/flce_example >"$OUT/example.txt" 2>&1
       note "example: exit $?: $(tail -1 "$OUT/example.txt")"
       cat "$OUT/example.txt"
@@ -196,13 +202,16 @@ for s in $steps; do
     presets)
       # The shipped database: every model preset at N = 2048…16384, forward+
       # backward (the training step), guided with a budget of 12 evaluations.
+      #   PRESET_MODELS, PRESET_TOKENS, PRESET_MODES override the defaults.
+      # The JSONL is named after the GPU, as db/tuned/ names it.
       t0=$(date +%s)
-      for m in llama3-8b llama3-70b qwen2.5-7b gemma2-2b mistral-7b; do
-        $B/celtune tune --model $m --tokens 2048..16384 --mode fwdbwd --budget 12 --max-runs 10 \
-          --db "$OUT/presets.sqlite" >>"$OUT/presets.txt" 2>&1 || note "tune $m failed"
+      gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-')
+      for m in ${PRESET_MODELS:-llama3-8b llama3-70b qwen2.5-7b gemma2-2b mistral-7b}; do
+        $B/celtune tune --model $m --tokens ${PRESET_TOKENS:-2048..16384} --mode ${PRESET_MODES:-fwdbwd} --budget 12 \
+          --max-runs 10 --db "$OUT/presets.sqlite" >>"$OUT/presets.txt" 2>&1 || note "tune $m failed"
       done
       note "tune presets: $(( $(date +%s) - t0 )) s"
-      $B/celtune db --db "$OUT/presets.sqlite" export --jsonl -o "$OUT/h100.jsonl"
+      $B/celtune db --db "$OUT/presets.sqlite" export --jsonl -o "$OUT/$gpu.jsonl"
       $B/celtune validate --from-db "$OUT/presets.sqlite" >"$OUT/validate_presets.txt" 2>&1
       note "validate --from-db presets: exit $?: $(tail -1 "$OUT/validate_presets.txt")"
       rm -f "$OUT/presets.sqlite"*

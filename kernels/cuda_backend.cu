@@ -122,8 +122,11 @@ struct DeviceProblem {
     const size_t e = static_cast<size_t>(dtype_bytes(p.dtype));
     const bool bwd = p.mode == Mode::forward_backward, flce = p.family == Family::flce;
     loss = Buffer(4), token_loss = Buffer(4 * N), lse = Buffer(4 * N), bad = Buffer(8);
-    grad_scale = Buffer(4);
-    if (p.loss.reduction == Reduction::none) grad_tokens = Buffer(4 * N);
+    // The upstream gradient exists only for backward, as the C API documents: a
+    // forward run gets null pointers here, so every forward case checks that no
+    // kernel reads them (a forward-only call from PyTorch once faulted on that).
+    if (bwd && p.loss.reduction != Reduction::none) grad_scale = Buffer(4);
+    if (bwd && p.loss.reduction == Reduction::none) grad_tokens = Buffer(4 * N);
     if (flce && bwd) dx = Buffer(N * H * e), dw = Buffer(V * H * e);
     if (flce && bwd && p.bias) db = Buffer(V * e);
     if (!flce && bwd) dz = Buffer(N * V * e);
@@ -178,7 +181,7 @@ class CudaWorkload : public Workload {
       CELTUNE_CUDA(cudaMemcpy(d_.targets.get(), h32.data(), h32.size() * 4, cudaMemcpyHostToDevice));
     }
     const float g = 1.0f;
-    CELTUNE_CUDA(cudaMemcpy(d_.grad_scale.get(), &g, 4, cudaMemcpyHostToDevice));
+    if (d_.grad_scale.bytes()) CELTUNE_CUDA(cudaMemcpy(d_.grad_scale.get(), &g, 4, cudaMemcpyHostToDevice));
     if (d_.grad_tokens.bytes()) fill_random(d_.grad_tokens.get(), N, DType::fp32, seed + 4, 1.0f);
     // Writing twice the L2 between runs evicts the inputs (METHOD.md).
     flush_ = Buffer(2 * l2_bytes);
@@ -300,8 +303,8 @@ class CudaBackend : public Backend {
       d.targets = Buffer(t32.size() * 4);
       CELTUNE_CUDA(cudaMemcpy(d.targets.get(), t32.data(), d.targets.bytes(), cudaMemcpyHostToDevice));
     }
-    CELTUNE_CUDA(cudaMemcpy(d.grad_scale.get(), &in.grad_scale, 4, cudaMemcpyHostToDevice));
-    if (!in.grad_tokens.empty())
+    if (d.grad_scale.bytes()) CELTUNE_CUDA(cudaMemcpy(d.grad_scale.get(), &in.grad_scale, 4, cudaMemcpyHostToDevice));
+    if (d.grad_tokens.bytes() && !in.grad_tokens.empty())
       CELTUNE_CUDA(cudaMemcpy(d.grad_tokens.get(), in.grad_tokens.data(), d.grad_tokens.bytes(), cudaMemcpyHostToDevice));
     d.poison_outputs(nullptr);
     cuda::run(ctx_, d, c, nullptr);

@@ -358,7 +358,9 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
         lse[gr] = L;
         token_loss[gr] = loss;
         s_L = L;
-        s_c = token_scale(p, gr, y);
+        // Forward-only calls pass no upstream gradient (grad_scale and
+        // grad_tokens may be null): read it only when this launch writes dZ.
+        s_c = grad ? token_scale(p, gr, y) : 0.0f;
         s_y = y;
       }
     }

@@ -22,9 +22,13 @@ build() {  # name sources...
   newest=$(ls -t "tests/fuzz/$name.cpp" "$@" src/model/*.hpp db/*.hpp db/schema.sql src/cli/*.hpp | head -1)
   [ "$out/$name" -nt "$newest" ] || "$CXX" "${flags[@]}" "tests/fuzz/$name.cpp" "$@" -o "$out/$name" -lsqlite3
 }
-build fuzz_import "${model[@]}" db/records.cpp db/store.cpp
-build fuzz_config "${model[@]}"
-build fuzz_cli "${model[@]}" src/cli/problem_args.cpp
+# The three builds are independent single-process clang runs (most of the smoke's
+# time): side by side, so they use every core CI has.
+pids=()
+build fuzz_import "${model[@]}" db/records.cpp db/store.cpp & pids+=($!)
+build fuzz_config "${model[@]}" & pids+=($!)
+build fuzz_cli "${model[@]}" src/cli/problem_args.cpp & pids+=($!)
+for pid in "${pids[@]}"; do wait "$pid"; done
 # Seeds: a real export line, real configs, real command lines.
 printf '%s\n' '{"block_size":2048,"v_chunk":8192,"row_chunk":1024,"threads":256,"dw_acc_fp32":false}' >"$out/seed_config"
 head -3 db/tuned/*.jsonl >"$out/seed_import"

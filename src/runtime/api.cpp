@@ -23,6 +23,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
+#include "model/problem.hpp"
 #include "model/numerics.hpp"
 #include "resolve.hpp"
 
@@ -147,13 +148,10 @@ void report_config(celtune_context* ctx, const Args* args, Problem (*problem)(co
 // bf16/fp16 value exactly), the CPU backend runs, and its outputs are written
 // back in the caller's dtype. The copies cost little next to the CPU kernels.
 
-// a·b as an element count, refused rather than wrapped when it overflows or
-// the bytes of such an array (8 per element at most) could not be addressed.
+// Element counts come from the problem's one size rule (Problem::validate ran
+// before any of these; the rule bounds each tensor, so the counts fit size_t).
 size_t element_count(int64_t a, int64_t b, const char* what) {
-  int64_t n = 0;
-  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &n) || n > PTRDIFF_MAX / 8)
-    fail_usage(std::string(what) + " has too many elements (" + std::to_string(a) + " x " + std::to_string(b) + ")");
-  return static_cast<size_t>(n);
+  return static_cast<size_t>(checked_tensor_elements(a, b, what));
 }
 
 void need_host(const void* ptr, const char* what) {

@@ -42,6 +42,13 @@ struct Floors {
   // the floor. Equal to V when V is already aligned.
   int64_t gemm_vocab = 0;
   double copy_gb_per_s = 0;     // device-to-device copy, bytes read + written per second
+  // The ce floors' second half: one device-to-device copy moving the same bytes
+  // as ce (forward: N·V elements read; forward+backward: read and written), timed
+  // the same way. At a few rows the launch and DRAM latency, not bandwidth, set
+  // what any kernel can do; the floor is the larger of this and bytes at
+  // copy_gb_per_s. 0 where not measured (the copies beyond 1 GiB, where
+  // bandwidth alone decides).
+  double ce_copy_ms[2] = {0, 0};  // [0] forward, [1] forward+backward
 };
 
 class Backend {

@@ -350,6 +350,17 @@ class CudaBackend : public Backend {
       const double ms = median_ms([&] { CELTUNE_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice)); }, 20);
       f.copy_gb_per_s = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
     }
+    // ce's bytes in one copy: forward moves N·V elements (half read, half
+    // written), forward+backward 2·N·V; each copy reads and writes half of it.
+    for (int bwd = 0; bwd < 2; ++bwd) {
+      int64_t moved = 0;
+      if (__builtin_mul_overflow(p.tokens, p.vocab * static_cast<int64_t>(e) * (bwd + 1), &moved)) continue;
+      const auto half = static_cast<size_t>(moved / 2);
+      if (half == 0 || half > (size_t{1} << 30)) continue;
+      Buffer a(half), b(half);
+      CELTUNE_CUDA(cudaMemset(a.get(), 1, half));
+      f.ce_copy_ms[bwd] = median_ms([&] { CELTUNE_CUDA(cudaMemcpyAsync(b.get(), a.get(), half, cudaMemcpyDeviceToDevice)); }, 20);
+    }
     if (p.family != Family::flce) return f;
     // The three full-size GEMMs of flce-math.md, each alone, on random inputs,
     // outputs in the input dtype: the floor no fused schedule can beat. At V

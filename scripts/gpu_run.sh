@@ -150,6 +150,32 @@ for s in $steps; do
       note "lookup: $(grep -E '^tag' "$OUT/lookup.txt" | tr '\n' ' ')"
       cat "$OUT/lookup.txt"
       ;;
+    cesweep)
+      # ce configs at few and many rows, for the ce default: one block per row at
+      # four tile shapes, rows split into 2…64 segments, and (forward+backward)
+      # the row held on chip by one block or by a cluster of 2, 4 or 8.
+      #   CE_VOCABS, CE_TOKENS override the shapes.
+      for V in ${CE_VOCABS:-128256 32000 256000 50257}; do
+        t0=$(date +%s)
+        seg() { echo $(( (($1 + $2 - 1) / $2 + 255) / 256 * 256 )); }
+        cf=()
+        for c in 2048:256 4096:512 8192:1024 4096:256; do
+          cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:}}")
+        done
+        for sp in 2 4 8 16 32 64; do
+          [ $(seg $V $sp) -ge 2048 ] && cf+=(--config "{\"block_size\":2048,\"threads\":256,\"v_chunk\":$(seg $V $sp)}")
+        done
+        for sp in 1 2 4 8; do
+          for c in 2048:256 4096:512 8192:1024; do
+            cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:},\"v_chunk\":$(seg $V $sp),\"fused\":true}")
+          done
+        done
+        for N in ${CE_TOKENS:-1 32 256 2048 8192 32768}; do
+          $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd "${cf[@]}" >>"$OUT/cesweep_$V.txt" 2>&1
+        done
+        note "cesweep V=$V: $(( $(date +%s) - t0 )) s"
+      done
+      ;;
     sweep)
       # Config grid for choosing defaults: ce tile widths and thread counts, fused
       # or not; flce one pass vs two, accumulation in fp32 vs the output dtype.

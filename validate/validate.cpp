@@ -296,6 +296,18 @@ std::vector<ValidationCase> default_matrix(uint64_t seed, bool gpu_cases) {
       vc.name += "/sm90-fused";
       out.push_back(vc);
     }
+    // ce rows shared by a thread-block cluster (sm_90): the chunked cases again
+    // with fused, so each row's three segments are held on chip by three blocks
+    // that exchange their statistics through distributed shared memory.
+    for (size_t i = 0; i < plain; ++i) {
+      const ValidationCase& base = out[i];
+      if (base.problem.family != Family::ce || base.config.v_chunk == 0) continue;
+      ValidationCase vc = base;
+      vc.config.fused = true;
+      vc.spec.seed = s++;
+      vc.name += "/cluster";
+      out.push_back(vc);
+    }
     // 64-bit indexing: one row chunk of all N rows and one vocabulary chunk, so
     // the kernel's single logits tile holds N·V = 16411·131072 ≈ 2^31 + 3.6e6
     // elements (4.3 GB in bf16). H = 64 keeps the inputs small; the GPU reference

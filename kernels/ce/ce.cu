@@ -8,16 +8,22 @@
 // dZ = c·((1+2λL)p − (1−ε)[j=y] − ε/V)·(1 − (ẑ/s)²) is formed in fp32 (the target
 // term before rounding) and written over the tile in the input dtype.
 //
-// Variants: fold (forward; with `grad`, also dZ in the same kernel when the tile
-// holds whole rows: the one-pass path), grad (dZ from the final LSE: pass 2).
-// Chosen by the flce schedule and the ce family from the config.
+// Variants: fold (one block per row or per chunk of rows; with `grad`, also dZ
+// in the same kernel when the tile holds whole rows: flce's one pass), grad (dZ
+// from the final LSE: pass 2, and split rows), part + merge (the ce family's
+// rows split into segments, one block each, so a few rows still fill the GPU),
+// cluster (ce forward+backward with the row held on chip: bulk copies into
+// shared memory, split among a thread-block cluster when it does not fit one
+// block). Chosen by the flce schedule and the ce family from the config.
 //
-// Mapping: one thread block per row; each thread owns ELEMS consecutive elements
-// of every BLOCK_SIZE = ELEMS × threads tile, loaded with the widest aligned
-// vector loads (16 bytes when possible), so a warp reads contiguous memory.
-// ELEMS is the compile-time part (registers must be indexed by constants); the
-// table below instantiates ELEMS ∈ {1, …, 32} per dtype and maps the runtime
-// config to a kernel pointer. threads stays a runtime launch parameter.
+// Mapping: each thread owns ELEMS consecutive elements of every BLOCK_SIZE =
+// ELEMS × threads tile, loaded with the widest aligned vector loads (16 bytes
+// when possible), so a warp reads contiguous memory; rows that start off the
+// 16-byte grid take a few masked elements first. ELEMS is the compile-time part
+// (registers must be indexed by constants); the table below instantiates ELEMS ∈
+// {1, …, 32} per dtype and maps the runtime config to a kernel pointer. threads
+// stays a runtime launch parameter.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,6 +38,8 @@
 
 namespace celtune::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 template <typename T>
 struct Conv;
@@ -117,40 +125,35 @@ __device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, i
   return 0.0f;
 }
 
-// The bias for columns start … start+ELEMS of the problem, in fp32 (0 without bias).
+// The bias for columns col … col+ELEMS of the problem, added in fp32 (flce only).
 template <typename T, int ELEMS>
-__device__ __forceinline__ void add_bias(const LossParams& p, int64_t col, int64_t cols_left, float (&x)[ELEMS]) {
+__device__ __forceinline__ void add_bias(const LossParams& p, int64_t col, int64_t valid, float (&x)[ELEMS]) {
   if (!p.bias) return;
   const T* b = static_cast<const T*>(p.bias);
 #pragma unroll
   for (int k = 0; k < ELEMS; ++k)
-    if (k < cols_left) x[k] += Conv<T>::to(b[col + k]);
+    if (k < valid) x[k] += Conv<T>::to(b[col + k]);
 }
 
-// The ragged tail of a row, element by element: elements at or past `cols` read
-// as −inf (they vanish in the max and in exp) and are not written. Full tiles take
-// the wide, pipelined path (Raw) instead.
+// Elements at or past `limit` read as −inf (they vanish in the max and in exp)
+// and are not written: the ragged head and tail of a row. Whole tiles take the
+// wide, pipelined path (Raw) instead.
 template <typename T, int ELEMS>
-__device__ __forceinline__ void load_tail(const T* row, int64_t start, int64_t cols, float (&x)[ELEMS]) {
+__device__ __forceinline__ void load_masked(const T* row, int64_t start, int64_t limit, float (&x)[ELEMS]) {
 #pragma unroll
-  for (int k = 0; k < ELEMS; ++k) x[k] = (start + k < cols) ? Conv<T>::to(row[start + k]) : kNegInf;
+  for (int k = 0; k < ELEMS; ++k) x[k] = (start + k < limit) ? Conv<T>::to(row[start + k]) : kNegInf;
 }
 
 template <typename T, int ELEMS>
-__device__ __forceinline__ void store_tail(T* row, int64_t start, int64_t cols, const float (&x)[ELEMS]) {
+__device__ __forceinline__ void store_masked(T* row, int64_t start, int64_t limit, const float (&x)[ELEMS]) {
 #pragma unroll
   for (int k = 0; k < ELEMS; ++k)
-    if (start + k < cols) row[start + k] = Conv<T>::from(x[k]);
-}
-
-template <typename T, int ELEMS>
-__device__ __forceinline__ bool row_aligned(const T* row) {
-  return reinterpret_cast<uintptr_t>(row) % Access<T, ELEMS>::kBytes == 0;
+    if (start + k < limit) row[start + k] = Conv<T>::from(x[k]);
 }
 
 // One thread's ELEMS elements of a tile as raw vectors: what is in flight while
-// the previous tile is being computed (software pipelining: the loads of tile
-// t+1 are issued before tile t's arithmetic, so memory latency overlaps it).
+// earlier tiles are being computed (software pipelining: the loads of tile t+D
+// are issued before tile t's arithmetic, so memory latency overlaps it).
 template <typename T, int ELEMS>
 struct Raw {
   using A = Access<T, ELEMS>;
@@ -182,64 +185,288 @@ struct Raw {
   }
 };
 
-// Overwrites one row of the tile with dZ. Every element is written, zeros for
-// ignored tokens, since the gradient GEMMs read the whole tile. Full tiles are
-// pipelined (see Raw); `cache` holds the row's first cache_elems elements when the
-// fused path kept them on chip, read instead of device memory.
+// Tiles a thread keeps in flight on the whole-tile path: about 64 bytes, at most
+// four tiles. One tile ahead (16 bytes a thread at bf16 × 8) read the H200 at 71–
+// 80% of its copy bandwidth: too few bytes in flight for its memory latency.
 template <typename T, int ELEMS>
-__device__ __forceinline__ void write_grad_row(const T* row, T* orow, const TileView& v, const LossParams& p, float L,
-                                               float c, int64_t y, const T* cache, int64_t cache_elems) {
-  const bool aligned = row_aligned<T, ELEMS>(row) && row_aligned<T, ELEMS>(orow);
-  const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
-  const int64_t n_full = aligned ? v.cols / block : 0;
-  const float s = p.softcap, eps = p.label_smoothing;
-  const float coef = 1.0f + 2.0f * p.z_loss * L;
-  const float smooth = eps / static_cast<float>(p.vocab);
-  const int64_t y_local = y - v.v0;  // the target's column in this tile, if it is here
-  auto grad = [&](int64_t start, float (&x)[ELEMS], int64_t valid) {
-    add_bias<T, ELEMS>(p, v.v0 + start, valid, x);
-#pragma unroll
-    for (int k = 0; k < ELEMS; ++k) {
-      const float z = softcap(x[k], s);
-      float g = coef * __expf(z - L) - smooth;
-      if (start + k == y_local) g -= 1.0f - eps;  // in fp32, before rounding dZ
-      const float cap = s > 0.0f ? 1.0f - (z / s) * (z / s) : 1.0f;
-      x[k] = c * g * cap;
-    }
-  };
-  auto src = [&](int64_t start) { return start + ELEMS <= cache_elems ? cache + start : row + start; };
-  Raw<T, ELEMS> cur, nxt;
-  if (c != 0.0f && n_full > 0) cur.load(src(mine));
-  for (int64_t t = 0; t < n_full; ++t) {
-    const int64_t start = t * block + mine;
-    float x[ELEMS];
-    if (c == 0.0f) {
-#pragma unroll
-      for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
-    } else {
-      if (t + 1 < n_full) nxt.load(src(start + block));
-      cur.to_float(x);
-      grad(start, x, ELEMS);
-      cur = nxt;
-    }
-    Raw<T, ELEMS> out;
-    out.from_float(x);
-    out.store(orow + start);
+inline constexpr int kDepth = std::clamp(64 / (ELEMS * static_cast<int>(sizeof(T))), 1, 4);
+
+// How a sweep covers `cols` elements of a row: `head` elements up to the first
+// address Raw's vectors may load from (a ce problem at an odd V, GPT-2's 50257,
+// starts its rows anywhere), then n_full whole tiles on the pipelined path, then
+// a last partial tile whose whole vectors still load wide (`vec`) and whose last
+// few elements are masked. Reading one row and writing another (dZ into a
+// separate buffer) needs both at the same offset from alignment; otherwise
+// everything is masked. The shared-memory cache is indexed from `head`.
+template <typename T, int ELEMS>
+struct Sweep {
+  int64_t head, n_full, body_end;
+  bool vec;
+  __device__ __forceinline__ Sweep(const T* in, const T* out, int64_t cols, int64_t block) {
+    constexpr uintptr_t kB = Access<T, ELEMS>::kBytes;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+    vec = (a - b) % kB == 0;
+    head = vec ? min(cols, static_cast<int64_t>((kB - a % kB) % kB / sizeof(T))) : cols;
+    n_full = (cols - head) / block;
+    body_end = head + n_full * block;
   }
-  for (int64_t base = n_full * block; base < v.cols; base += block) {  // the ragged tail, masked
+};
+
+// The online update of a thread's (max m, sum-exp d, Σẑ) by one tile's values:
+// bias, softcap, then the fold. Elements k ≥ valid are masked (−inf). The softcap
+// branch is taken once per tile, not per element, and NaN is not tested here:
+// it reaches Σẑ, where the block checks it once (block_partial).
+template <typename T, int ELEMS>
+__device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int64_t valid, float (&x)[ELEMS], float& tm,
+                                          float& td, float& tzs) {
+  add_bias<T, ELEMS>(p, col, valid, x);
+  const float s = p.softcap;
+  if (s > 0.0f) {
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k) x[k] = softcap(x[k], s);
+  }
+  float lm = kNegInf;
+#pragma unroll
+  for (int k = 0; k < ELEMS; ++k) {
+    if (k < valid) {
+      lm = fmaxf(lm, x[k]);  // fmaxf drops NaN; Σẑ carries it
+      tzs += x[k];
+    } else {
+      x[k] = kNegInf;  // softcap made the masked −inf finite again
+    }
+  }
+  const float nm = fmaxf(tm, lm);
+  if (nm == kNegInf) return;
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < ELEMS; ++k) acc += __expf(x[k] - nm);  // masked: exp(−inf) = 0
+  td = td * __expf(tm - nm) + acc;
+  tm = nm;
+}
+
+// One thread's running statistics.
+struct ThreadStats {
+  float m = kNegInf, d = 0.0f, zs = 0.0f;
+};
+
+// Folds this thread's share of `cols` elements of a row (problem column v0 first)
+// into t. `cache` (the fused one-block path) receives the wide-loaded elements so
+// the gradient sweep can read them from shared memory instead of device memory.
+template <typename T, int ELEMS>
+__device__ __forceinline__ void thread_stats(const T* row, int64_t cols, int64_t v0, const LossParams& p, T* cache,
+                                             int64_t cache_elems, ThreadStats& t) {
+  const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
+  const Sweep<T, ELEMS> sw(row, row, cols, block);
+  auto masked = [&](int64_t base, int64_t limit) {
     const int64_t start = base + mine;
     float x[ELEMS];
-    if (c == 0.0f) {
+    load_masked<T, ELEMS>(row, start, limit, x);
+    fold_tile<T, ELEMS>(p, v0 + start, limit - start, x, t.m, t.d, t.zs);
+  };
+  auto keep = [&](const Raw<T, ELEMS>& r, int64_t start) {
+    if (start - sw.head + ELEMS <= cache_elems) r.store(cache + (start - sw.head));
+  };
+  if (sw.head > 0)
+    for (int64_t base = 0; base < sw.head; base += block) masked(base, sw.head);
+  constexpr int D = kDepth<T, ELEMS>;
+  Raw<T, ELEMS> buf[D];
 #pragma unroll
-      for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
-    } else {
-      load_tail<T, ELEMS>(row, start, v.cols, x);
-      grad(start, x, v.cols - start);
+  for (int j = 0; j < D; ++j)
+    if (j < sw.n_full) buf[j].load(row + sw.head + j * block + mine);
+  for (int64_t q = 0; q < sw.n_full; q += D) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      if (q + j >= sw.n_full) break;
+      const int64_t start = sw.head + (q + j) * block + mine;
+      keep(buf[j], start);
+      float x[ELEMS];
+      buf[j].to_float(x);
+      if (q + j + D < sw.n_full) buf[j].load(row + start + D * block);
+      fold_tile<T, ELEMS>(p, v0 + start, ELEMS, x, t.m, t.d, t.zs);
     }
-    store_tail<T, ELEMS>(orow, start, v.cols, x);
+  }
+  if (sw.body_end < cols) {  // the last partial tile: whole vectors wide, the rest masked
+    const int64_t start = sw.body_end + mine;
+    if (start + ELEMS <= cols) {
+      Raw<T, ELEMS> r;
+      r.load(row + start);
+      keep(r, start);
+      float x[ELEMS];
+      r.to_float(x);
+      fold_tile<T, ELEMS>(p, v0 + start, ELEMS, x, t.m, t.d, t.zs);
+    } else {
+      masked(sw.body_end, cols);
+    }
   }
 }
 
+// A row's softmax statistics over a span: (max m, Σ exp(ẑ − m), Σẑ).
+struct Partial {
+  float m, d, zs;
+};
+
+// The block's Partial from every thread's statistics; valid in thread 0.
+__device__ __forceinline__ Partial block_partial(ThreadStats t) {
+  // NaN inputs must give a NaN loss (as PyTorch): poison d, and give m a finite
+  // value so the merges below do not skip this thread as empty. A NaN anywhere in
+  // the thread's values is a NaN in its Σẑ.
+  if (isnan(t.zs)) {
+    t.d = NAN;
+    if (t.m == kNegInf) t.m = 0.0f;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, t.m, off), od = __shfl_xor_sync(0xffffffffu, t.d, off);
+    merge(t.m, t.d, om, od);
+    t.zs += __shfl_xor_sync(0xffffffffu, t.zs, off);
+  }
+  __shared__ float sm[32], sd[32], sz[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  if (lane == 0) sm[warp] = t.m, sd[warp] = t.d, sz[warp] = t.zs;
+  __syncthreads();
+  if (warp == 0) {
+    t.m = lane < nwarps ? sm[lane] : kNegInf;
+    t.d = lane < nwarps ? sd[lane] : 0.0f;
+    t.zs = lane < nwarps ? sz[lane] : 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, t.m, off), od = __shfl_xor_sync(0xffffffffu, t.d, off);
+      merge(t.m, t.d, om, od);
+      t.zs += __shfl_xor_sync(0xffffffffu, t.zs, off);
+    }
+  }
+  return {t.m, t.d, t.zs};
+}
+
+template <typename T, int ELEMS>
+__device__ __forceinline__ Partial row_stats(const T* row, int64_t cols, int64_t v0, const LossParams& p, T* cache,
+                                             int64_t cache_elems) {
+  ThreadStats t;
+  thread_stats<T, ELEMS>(row, cols, v0, p, cache, cache_elems, t);
+  return block_partial(t);
+}
+
+// ẑ at the target if it lies in columns [v0, v0+cols) held at `row`, else 0
+// (partials add their target terms: exactly one is non-zero).
+template <typename T>
+__device__ __forceinline__ float target_logit(const LossParams& p, const T* row, int64_t v0, int64_t cols, int64_t y) {
+  if (!valid_target(p, y) || y < v0 || y >= v0 + cols) return 0.0f;
+  float z = Conv<T>::to(row[y - v0]);
+  if (p.bias) z += Conv<T>::to(static_cast<const T*>(p.bias)[y]);
+  return softcap(z, p.softcap);
+}
+
+// The row's loss from its merged statistics (flce-math.md step 5).
+__device__ __forceinline__ float row_loss(const LossParams& p, float L, float zs, float zt, int64_t y) {
+  if (!valid_target(p, y)) return 0.0f;
+  const float eps = p.label_smoothing;
+  return (1.0f - eps) * (L - zt) + eps * (L - zs / static_cast<float>(p.vocab)) + p.z_loss * L * L;
+}
+
+// dZ = c·((1+2λL)p − (1−ε)[j=y] − ε/V)·(1 − (ẑ/s)²) for one row once L is final:
+// applied to a thread's ELEMS logits starting at the row's column `start`.
+template <typename T, int ELEMS>
+struct GradOp {
+  const LossParams& p;
+  float L, c, coef, smooth;
+  int64_t v0, y_local;  // the span's first problem column; the target's column in it
+  __device__ __forceinline__ GradOp(const LossParams& lp, float L_, float c_, int64_t v0_, int64_t y)
+      : p(lp), L(L_), c(c_), coef(1.0f + 2.0f * lp.z_loss * L_), smooth(lp.label_smoothing / static_cast<float>(lp.vocab)),
+        v0(v0_), y_local(y - v0_) {}
+  __device__ __forceinline__ void operator()(int64_t start, float (&x)[ELEMS], int64_t valid) const {
+    if (c == 0.0f) {
+#pragma unroll
+      for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
+      return;
+    }
+    add_bias<T, ELEMS>(p, v0 + start, valid, x);
+    const float s = p.softcap, eps = p.label_smoothing;
+    if (s > 0.0f) {
+#pragma unroll
+      for (int k = 0; k < ELEMS; ++k) {
+        const float z = softcap(x[k], s);
+        float g = coef * __expf(z - L) - smooth;
+        if (start + k == y_local) g -= 1.0f - eps;  // in fp32, before rounding dZ
+        x[k] = c * g * (1.0f - (z / s) * (z / s));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < ELEMS; ++k) {
+        float g = coef * __expf(x[k] - L) - smooth;
+        if (start + k == y_local) g -= 1.0f - eps;
+        x[k] = c * g;
+      }
+    }
+  }
+};
+
+// Writes dZ for `cols` elements of one row whose first is problem column v0. Every
+// element is written, zeros for ignored tokens, since the gradient GEMMs read the
+// whole tile. Whole tiles are pipelined (see Raw); `cache` holds the first
+// cache_elems elements from the sweep's head when a fused path kept them on chip.
+template <typename T, int ELEMS>
+__device__ __forceinline__ void write_grad_row(const T* row, T* orow, int64_t v0, int64_t cols, const LossParams& p,
+                                               float L, float c, int64_t y, const T* cache, int64_t cache_elems) {
+  const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
+  const Sweep<T, ELEMS> sw(row, orow, cols, block);
+  const GradOp<T, ELEMS> grad(p, L, c, v0, y);
+  auto masked = [&](int64_t base, int64_t limit) {
+    const int64_t start = base + mine;
+    float x[ELEMS];
+    if (c != 0.0f) load_masked<T, ELEMS>(row, start, limit, x);
+    grad(start, x, limit - start);
+    store_masked<T, ELEMS>(orow, start, limit, x);
+  };
+  auto src = [&](int64_t start) {
+    const int64_t at = start - sw.head;
+    return at + ELEMS <= cache_elems ? cache + at : row + start;
+  };
+  if (sw.head > 0)
+    for (int64_t base = 0; base < sw.head; base += block) masked(base, sw.head);
+  constexpr int D = kDepth<T, ELEMS>;
+  Raw<T, ELEMS> buf[D];
+  if (c != 0.0f) {
+#pragma unroll
+    for (int j = 0; j < D; ++j)
+      if (j < sw.n_full) buf[j].load(src(sw.head + j * block + mine));
+  }
+  for (int64_t q = 0; q < sw.n_full; q += D) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      if (q + j >= sw.n_full) break;
+      const int64_t start = sw.head + (q + j) * block + mine;
+      float x[ELEMS];
+      if (c != 0.0f) {
+        buf[j].to_float(x);
+        if (q + j + D < sw.n_full) buf[j].load(src(start + D * block));
+      }
+      grad(start, x, ELEMS);
+      Raw<T, ELEMS> out;
+      out.from_float(x);
+      out.store(orow + start);
+    }
+  }
+  if (sw.body_end < cols) {
+    const int64_t start = sw.body_end + mine;
+    if (start + ELEMS <= cols) {
+      float x[ELEMS];
+      if (c != 0.0f) {
+        Raw<T, ELEMS> r;
+        r.load(src(start));
+        r.to_float(x);
+      }
+      grad(start, x, ELEMS);
+      Raw<T, ELEMS> out;
+      out.from_float(x);
+      out.store(orow + start);
+    } else {
+      masked(sw.body_end, cols);
+    }
+  }
+}
+
+// flce's chunk schedule and the ce family's unsplit rows: one block per row of the
+// view, folding into the RowState across vocabulary chunks (first, last).
 template <typename T, int ELEMS>
 __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, bool last, bool grad, float* lse,
                             float* token_loss, int64_t cache_elems) {
@@ -247,143 +474,262 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
   T* cache = reinterpret_cast<T*>(cache_raw);
   const int64_t r = blockIdx.x, gr = v.r0 + r;
   T* row = static_cast<T*>(v.tile) + r * v.ld;
-  const bool aligned = row_aligned<T, ELEMS>(row);
-  const int64_t block = int64_t{ELEMS} * blockDim.x;
-  const float s = p.softcap;
-  float tm = kNegInf, td = 0.0f, tzs = 0.0f;
-  bool nan = false;
-  const int64_t mine = int64_t{threadIdx.x} * ELEMS;
-  // The online update of this thread's (max, sum-exp) by one tile's values.
-  auto fold = [&](float (&x)[ELEMS], float lm) {
-    const float nm = fmaxf(tm, lm);
-    if (nm == kNegInf) return;
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < ELEMS; ++k) acc += __expf(x[k] - nm);  // masked elements: exp(−inf) = 0
-    td = td * __expf(tm - nm) + acc;
-    tm = nm;
-  };
-  // Full tiles (every thread's elements in range): wide loads, no masks, and the
-  // next tile's loads in flight while this one is computed.
-  const int64_t n_full = aligned ? v.cols / block : 0;
-  Raw<T, ELEMS> cur, nxt;
-  if (n_full > 0) cur.load(row + mine);
-  for (int64_t t = 0; t < n_full; ++t) {
-    const int64_t start = t * block + mine;
-    if (t + 1 < n_full) nxt.load(row + start + block);
-    if (start + ELEMS <= cache_elems) cur.store(cache + start);  // fused: keep it on chip
-    float x[ELEMS];
-    cur.to_float(x);
-    add_bias<T, ELEMS>(p, v.v0 + start, ELEMS, x);
-    float lm = kNegInf;
-#pragma unroll
-    for (int k = 0; k < ELEMS; ++k) {
-      x[k] = softcap(x[k], s);
-      nan |= isnan(x[k]);
-      lm = fmaxf(lm, x[k]);  // fmaxf drops NaN; `nan` carries it instead
-      tzs += x[k];
-    }
-    fold(x, lm);
-    cur = nxt;
-  }
-  for (int64_t base = n_full * block; base < v.cols; base += block) {  // the ragged tail, masked
-    const int64_t start = base + mine;
-    float x[ELEMS];
-    load_tail<T, ELEMS>(row, start, v.cols, x);
-    add_bias<T, ELEMS>(p, v.v0 + start, v.cols - start, x);
-    float lm = kNegInf;
-#pragma unroll
-    for (int k = 0; k < ELEMS; ++k) {
-      if (start + k < v.cols) {
-        x[k] = softcap(x[k], s);
-        nan |= isnan(x[k]);
-        lm = fmaxf(lm, x[k]);
-        tzs += x[k];
-      } else {
-        x[k] = kNegInf;
-      }
-    }
-    fold(x, lm);
-  }
-  // NaN inputs must give a NaN loss (as PyTorch): poison d, and give m a finite
-  // value so the merges below do not skip this thread as empty.
-  if (nan) {
-    td = NAN;
-    if (tm == kNegInf) tm = 0.0f;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, tm, off), od = __shfl_xor_sync(0xffffffffu, td, off);
-    merge(tm, td, om, od);
-    tzs += __shfl_xor_sync(0xffffffffu, tzs, off);
-  }
-  __shared__ float sm[32], sd[32], sz[32];
+  const Partial s = row_stats<T, ELEMS>(row, v.cols, v.v0, p, cache, cache_elems);
   __shared__ float s_L, s_c;
   __shared__ int64_t s_y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-  if (lane == 0) sm[warp] = tm, sd[warp] = td, sz[warp] = tzs;
-  __syncthreads();
-  if (warp == 0) {
-    tm = lane < nwarps ? sm[lane] : kNegInf;
-    td = lane < nwarps ? sd[lane] : 0.0f;
-    tzs = lane < nwarps ? sz[lane] : 0.0f;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float om = __shfl_xor_sync(0xffffffffu, tm, off), od = __shfl_xor_sync(0xffffffffu, td, off);
-      merge(tm, td, om, od);
-      tzs += __shfl_xor_sync(0xffffffffu, tzs, off);
+  if (threadIdx.x == 0) {
+    float m = s.m, d = s.d, zs = s.zs, zt = 0.0f;
+    if (!first) {  // fold in the chunks already seen
+      merge(m, d, st.m[gr], st.d[gr]);
+      zs += st.z_sum[gr];
+      zt = st.z_target[gr];
     }
-    if (lane == 0) {
-      float m = tm, d = td, zs = tzs, zt = 0.0f;
-      if (!first) {  // fold in the chunks already seen
-        merge(m, d, st.m[gr], st.d[gr]);
-        zs += st.z_sum[gr];
-        zt = st.z_target[gr];
-      }
-      const int64_t y = target_of(p, gr);
-      if (valid_target(p, y) && y >= v.v0 && y < v.v0 + v.cols) {
-        float z = Conv<T>::to(row[y - v.v0]);
-        if (p.bias) z += Conv<T>::to(static_cast<const T*>(p.bias)[y]);
-        zt = softcap(z, s);
-      }
-      if (!last) {
-        st.m[gr] = m, st.d[gr] = d, st.z_sum[gr] = zs, st.z_target[gr] = zt;
-      } else {
-        const float L = m + logf(d);
-        float loss = 0.0f;
-        if (valid_target(p, y)) {
-          const float eps = p.label_smoothing;
-          loss = (1.0f - eps) * (L - zt) + eps * (L - zs / static_cast<float>(p.vocab)) + p.z_loss * L * L;
-        }
-        lse[gr] = L;
-        token_loss[gr] = loss;
-        s_L = L;
-        // Forward-only calls pass no upstream gradient (grad_scale and
-        // grad_tokens may be null): read it only when this launch writes dZ.
-        s_c = grad ? token_scale(p, gr, y) : 0.0f;
-        s_y = y;
-      }
+    const int64_t y = target_of(p, gr);
+    zt += target_logit(p, row, v.v0, v.cols, y);
+    if (!last) {
+      st.m[gr] = m, st.d[gr] = d, st.z_sum[gr] = zs, st.z_target[gr] = zt;
+    } else {
+      const float L = m + logf(d);
+      lse[gr] = L;
+      token_loss[gr] = row_loss(p, L, zs, zt, y);
+      s_L = L;
+      // Forward-only calls pass no upstream gradient (grad_scale and
+      // grad_tokens may be null): read it only when this launch writes dZ.
+      s_c = grad ? token_scale(p, gr, y) : 0.0f;
+      s_y = y;
     }
   }
   if (!grad) return;
   // Every thread needs the final L; the barrier also orders this block's reads of
   // the row above before the in-place writes below.
   __syncthreads();
-  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v, p, s_L, s_c, s_y, cache, cache_elems);
+  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v.v0, v.cols, p, s_L, s_c, s_y, cache,
+                           cache_elems);
 }
 
+// Split rows: block b handles segment b % splits (seg columns) of row b / splits,
+// so a few rows still fill the GPU. The segments' partials are merged afterwards.
+struct Segment {
+  int64_t r, c0, cols;
+  __device__ __forceinline__ Segment(const TileView& v, int64_t seg, int splits) {
+    r = blockIdx.x / splits;
+    c0 = (blockIdx.x % splits) * seg;
+    cols = min(seg, v.cols - c0);
+  }
+};
+
+// ---- the bulk copy engine (sm_90 TMA, no tensor map: cp.async.bulk) ----
+// One instruction moves a contiguous, 16-byte aligned span of global memory into
+// shared memory and signals an mbarrier with the bytes: the fused path loads a
+// whole segment with a few of them. (Streaming every ce read through a ring of
+// such copies, 4–8 KiB each, measured 1.5–1.9x slower than per-thread loads on
+// the H100.)
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void bar_init(uint64_t* bar, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void bar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// The part of a row's `cols` elements that bulk copies can move: from the first
+// 16-byte boundary, whole 16-byte units. The few elements outside take the
+// per-thread path.
+template <typename T>
+struct BulkSpan {
+  int64_t b0, b1;
+  __device__ __forceinline__ BulkSpan(const T* row, int64_t cols, int64_t limit) {
+    constexpr int64_t kUnit = 16 / sizeof(T);
+    b0 = min(cols, static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(row) % 16) % 16 / sizeof(T)));
+    b1 = b0 + min(limit, cols - b0) / kUnit * kUnit;
+  }
+};
+
+// The ce family's statistics: block b folds segment b % splits of row b / splits.
+// With one segment the row is complete: L and the loss are written directly;
+// otherwise the partial goes to `parts` for merge_parts_kernel.
 template <typename T, int ELEMS>
-__global__ void grad_kernel(TileView v, LossParams p, const float* lse) {
-  const int64_t r = blockIdx.x, gr = v.r0 + r;
-  T* row = static_cast<T*>(v.tile) + r * v.ld;
+__global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts, float* lse,
+                            float* token_loss) {
+  const Segment g(v, seg, splits);
+  const int64_t gr = v.r0 + g.r, v0 = v.v0 + g.c0;
+  const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
+  const Partial s = row_stats<T, ELEMS>(row, g.cols, v0, p, nullptr, 0);
+  if (threadIdx.x != 0) return;
   const int64_t y = target_of(p, gr);
-  write_grad_row<T, ELEMS>(row, static_cast<T*>(v.out) + r * v.ld_out, v, p, lse[gr], token_scale(p, gr, y), y,
-                           nullptr, 0);
+  const float zt = target_logit(p, row, v0, g.cols, y);
+  if (splits == 1) {
+    const float L = s.m + logf(s.d);
+    lse[gr] = L;
+    token_loss[gr] = row_loss(p, L, s.zs, zt, y);
+  } else {
+    parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
+  }
 }
 
-// ---- dispatch table: (dtype, ELEMS) → kernel pointer ----
+// One thread per row: the row's partials merged in segment order (deterministic).
+__global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows, int splits, LossParams p, float* lse,
+                                   float* token_loss) {
+  const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
+  for (int k = 0; k < splits; ++k) {
+    const float4 q = parts[r * splits + k];
+    merge(m, d, q.x, q.y);
+    zs += q.z, zt += q.w;
+  }
+  const float L = m + logf(d);
+  lse[r0 + r] = L;
+  token_loss[r0 + r] = row_loss(p, L, zs, zt, target_of(p, r0 + r));
+}
+
+// dZ from the final LSE, block b on segment b % splits of row b / splits.
+template <typename T, int ELEMS>
+__global__ void grad_kernel(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
+  const Segment g(v, seg, splits);
+  const int64_t gr = v.r0 + g.r, y = target_of(p, gr);
+  const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
+  T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
+  write_grad_row<T, ELEMS>(row, orow, v.v0 + g.c0, g.cols, p, lse[gr], token_scale(p, gr, y), y, nullptr, 0);
+}
+
+constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
+
+// Forward+backward with each row read from device memory once: a thread-block
+// cluster of `splits` blocks shares the row (sm_90; one block when splits = 1),
+// each holding its segment in shared memory, loaded by bulk copies. The blocks
+// exchange their partials through distributed shared memory, every block merges
+// them in the same order (so all agree on L bit for bit), then each writes its
+// segment's dZ from the copy it holds. What does not fit in shared memory (and
+// the few elements before the first 16-byte boundary) is read from device memory.
+template <typename T, int ELEMS>
+__global__ void cluster_kernel(TileView v, LossParams p, int64_t seg, int splits, float* lse, float* token_loss,
+                               int64_t cache_elems) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ uint4 cache_raw[];
+  T* cache = reinterpret_cast<T*>(cache_raw);
+  __shared__ uint64_t bars[kPieces];
+  __shared__ float4 s_part;
+  __shared__ float s_L, s_c;
+  cg::cluster_group cluster = cg::this_cluster();
+  const Segment g(v, seg, splits);
+  const int64_t gr = v.r0 + g.r, y = target_of(p, gr), v0 = v.v0 + g.c0;
+  const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
+  T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
+  // The bulk span [b0, b1): from the first 16-byte boundary, whole 16-byte units,
+  // as much as shared memory holds; pieces of whole tiles so threads' vectors align.
+  const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
+  const BulkSpan<T> span(row, g.cols, cache_elems);
+  const int64_t b0 = span.b0, b1 = span.b1;
+  const int64_t piece = ((b1 - b0 + kPieces - 1) / kPieces + block - 1) / block * block;
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < kPieces; ++k) bar_init(&bars[k], 1);
+    bar_init_fence();
+    for (int k = 0; k < kPieces; ++k) {
+      const int64_t lo = b0 + k * piece, hi = min(b1, lo + piece);
+      if (lo < hi) bulk_load(cache + (lo - b0), row + lo, static_cast<uint32_t>((hi - lo) * sizeof(T)), &bars[k]);
+    }
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+  ThreadStats t;
+  thread_stats<T, ELEMS>(row, b0, v0, p, nullptr, 0, t);                      // before the boundary
+  thread_stats<T, ELEMS>(row + b1, g.cols - b1, v0 + b1, p, nullptr, 0, t);  // beyond shared memory
+  for (int k = 0; k < kPieces; ++k) {
+    const int64_t lo = k * piece, hi = min(b1 - b0, lo + piece);
+    if (lo >= hi) break;
+    bar_wait(&bars[k], 0);
+    for (int64_t i = lo + mine; i < hi; i += block) {
+      float x[ELEMS];
+      if (i + ELEMS <= hi) {
+        Raw<T, ELEMS> r;
+        r.load(cache + i);
+        r.to_float(x);
+      } else {
+        load_masked<T, ELEMS>(cache, i, hi, x);
+      }
+      fold_tile<T, ELEMS>(p, v0 + b0 + i, hi - i, x, t.m, t.d, t.zs);
+    }
+  }
+  const Partial s = block_partial(t);
+  if (threadIdx.x == 0) s_part = make_float4(s.m, s.d, s.zs, target_logit(p, row, v0, g.cols, y));
+  cluster.sync();
+  if (threadIdx.x == 0) {
+    float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
+    for (int k = 0; k < splits; ++k) {
+      const float4 q = *cluster.map_shared_rank(&s_part, k);
+      merge(m, d, q.x, q.y);
+      zs += q.z, zt += q.w;
+    }
+    const float L = m + logf(d);
+    if (cluster.block_rank() == 0) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zt, y);
+    s_L = L;
+    s_c = token_scale(p, gr, y);
+  }
+  // No block may leave while another still reads its partial; the barrier also
+  // gives every thread s_L and s_c.
+  cluster.sync();
+  write_grad_row<T, ELEMS>(row, orow, v0, b0, p, s_L, s_c, y, nullptr, 0);
+  write_grad_row<T, ELEMS>(row + b1, orow + b1, v0 + b1, g.cols - b1, p, s_L, s_c, y, nullptr, 0);
+  const GradOp<T, ELEMS> grad(p, s_L, s_c, v0 + b0, y);
+  const bool wide = (reinterpret_cast<uintptr_t>(orow + b0) % 16) == 0;
+  for (int64_t i = mine; i < b1 - b0; i += block) {
+    float x[ELEMS];
+    const int64_t valid = b1 - b0 - i;
+    if (valid >= ELEMS) {
+      Raw<T, ELEMS> r;
+      r.load(cache + i);
+      r.to_float(x);
+    } else {
+      load_masked<T, ELEMS>(cache, i, b1 - b0, x);
+    }
+    grad(i, x, valid);
+    if (wide && valid >= ELEMS) {
+      Raw<T, ELEMS> out;
+      out.from_float(x);
+      out.store(orow + b0 + i);
+    } else {
+      store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
+    }
+  }
+#endif
+}
+
+// ---- dispatch table: (dtype, ELEMS) → kernel pointer, per kernel ----
 using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*, float*, int64_t);
-using GradFn = void (*)(TileView, LossParams, const float*);
+using GradFn = void (*)(TileView, LossParams, const float*, int64_t, int);
+using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*);
+using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t);
 
 constexpr int kElems[] = {1, 2, 4, 8, 16, 32};
 constexpr int kNumElems = 6;
@@ -394,6 +740,11 @@ struct Table {
                                              fold_kernel<T, 8>, fold_kernel<T, 16>, fold_kernel<T, 32>};
   static constexpr GradFn grad[kNumElems] = {grad_kernel<T, 1>, grad_kernel<T, 2>,  grad_kernel<T, 4>,
                                              grad_kernel<T, 8>, grad_kernel<T, 16>, grad_kernel<T, 32>};
+  static constexpr PartFn part[kNumElems] = {part_kernel<T, 1>, part_kernel<T, 2>,  part_kernel<T, 4>,
+                                             part_kernel<T, 8>, part_kernel<T, 16>, part_kernel<T, 32>};
+  static constexpr ClusterFn cluster[kNumElems] = {cluster_kernel<T, 1>, cluster_kernel<T, 2>,
+                                                   cluster_kernel<T, 4>, cluster_kernel<T, 8>,
+                                                   cluster_kernel<T, 16>, cluster_kernel<T, 32>};
 };
 
 int elems_index(const CeLaunch& l) {
@@ -404,6 +755,7 @@ int elems_index(const CeLaunch& l) {
   return -1;
 }
 
+// The kernel `member` of Table<T> for a dtype and elements-per-thread index.
 template <typename Fn>
 Fn pick(DType t, int i, const Fn (&f32)[kNumElems], const Fn (&b16)[kNumElems], const Fn (&h16)[kNumElems]) {
   switch (t) {
@@ -413,6 +765,8 @@ Fn pick(DType t, int i, const Fn (&f32)[kNumElems], const Fn (&b16)[kNumElems], 
   }
   return nullptr;
 }
+#define CELTUNE_PICK(member, t, i) \
+  pick(t, i, Table<float>::member, Table<__nv_bfloat16>::member, Table<__half>::member)
 
 __global__ void count_targets_kernel(LossParams p, int64_t tokens, int64_t* n_valid, int64_t* bad_index) {
   int64_t count = 0, bad = INT64_MAX;
@@ -484,38 +838,56 @@ struct BlockLimit {
   int threads = 0, regs = 0;
 };
 
-BlockLimit block_limit(DType t, int i, bool grad_kernel) {
+enum Kernel { kFold, kGrad, kPart, kCluster, kKernels };
+constexpr const char* kKernelNames[kKernels] = {"fold", "gradient", "split-row", "cluster"};
+
+BlockLimit block_limit(DType t, int i, Kernel k) {
   static const auto table = [] {
-    std::array<std::array<std::array<BlockLimit, 2>, kNumElems>, 3> out{};
+    std::array<std::array<std::array<BlockLimit, kKernels>, kNumElems>, 3> out{};
     const DType types[] = {DType::fp32, DType::bf16, DType::fp16};
     for (int d = 0; d < 3; ++d)
       for (int e = 0; e < kNumElems; ++e) {
-        const FoldFn f = pick(types[d], e, Table<float>::fold, Table<__nv_bfloat16>::fold, Table<__half>::fold);
-        const GradFn g = pick(types[d], e, Table<float>::grad, Table<__nv_bfloat16>::grad, Table<__half>::grad);
-        cudaFuncAttributes a{};
-        CELTUNE_CUDA(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(f)));
-        out[d][e][0] = {a.maxThreadsPerBlock, a.numRegs};
-        CELTUNE_CUDA(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(g)));
-        out[d][e][1] = {a.maxThreadsPerBlock, a.numRegs};
+        const void* fns[kKernels] = {reinterpret_cast<const void*>(CELTUNE_PICK(fold, types[d], e)),
+                                     reinterpret_cast<const void*>(CELTUNE_PICK(grad, types[d], e)),
+                                     reinterpret_cast<const void*>(CELTUNE_PICK(part, types[d], e)),
+                                     reinterpret_cast<const void*>(CELTUNE_PICK(cluster, types[d], e))};
+        for (int k = 0; k < kKernels; ++k) {
+          cudaFuncAttributes a{};
+          CELTUNE_CUDA(cudaFuncGetAttributes(&a, fns[k]));
+          out[d][e][k] = {a.maxThreadsPerBlock, a.numRegs};
+        }
       }
     return out;
   }();
   const int d = t == DType::fp32 ? 0 : t == DType::bf16 ? 1 : 2;
-  return table[d][i][grad_kernel ? 1 : 0];
+  return table[d][i][k];
+}
+
+// Dynamic shared memory above the 48 KiB default must be asked for per kernel.
+template <typename Fn>
+void allow_smem(Fn fn, size_t bytes) {
+  if (bytes > 48 * 1024)
+    CELTUNE_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+unsigned grid_of(int64_t rows, int splits) {
+  const int64_t blocks = rows * splits;
+  if (blocks > INT32_MAX) fail_usage("the ce launch needs " + std::to_string(blocks) + " blocks; at most 2^31 - 1");
+  return static_cast<unsigned>(blocks);
 }
 }  // namespace
 
-std::string ce_launch_unsupported(const CeLaunch& l, DType t, bool backward) {
+std::string ce_launch_unsupported(const CeLaunch& l, DType t, CeKernels used) {
   if (l.threads < 32 || l.threads > 1024 || l.threads % 32) return "threads must be a multiple of 32 in [32, 1024]";
   const int i = elems_index(l);
   if (i < 0) return "block_size / threads must be 1, 2, 4, 8, 16 or 32 (the compiled table)";
-  // The fold runs in every mode; the separate gradient kernel only backward.
-  for (bool grad_kernel : {false, true}) {
-    if (grad_kernel && !backward) break;
-    const BlockLimit lim = block_limit(t, i, grad_kernel);
+  const bool runs[kKernels] = {used.fold, used.grad, used.part, used.cluster};
+  for (int k = 0; k < kKernels; ++k) {
+    if (!runs[k]) continue;
+    const BlockLimit lim = block_limit(t, i, static_cast<Kernel>(k));
     if (l.threads > lim.threads)
-      return "the " + std::string(to_string(t)) + (grad_kernel ? " gradient" : " fold") + " kernel at " +
-             std::to_string(kElems[i]) + " elements a thread uses " + std::to_string(lim.regs) +
+      return "the " + std::string(to_string(t)) + " " + kKernelNames[k] + " kernel at " + std::to_string(kElems[i]) +
+             " elements a thread uses " + std::to_string(lim.regs) +
              " registers a thread, so a block launches at most " + std::to_string(lim.threads) +
              " threads; use fewer threads or a smaller block_size";
   }
@@ -533,25 +905,96 @@ int64_t max_cache_elems(DType t) {
   return bytes / dtype_bytes(t) / 64 * 64;
 }
 
+namespace {
+cudaLaunchAttribute cluster_attr(int splits) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = static_cast<unsigned>(splits);
+  a.val.clusterDim.y = a.val.clusterDim.z = 1;
+  return a;
+}
+int64_t cluster_cache(DType t, int64_t seg) { return std::min(seg, max_cache_elems(t)); }
+}  // namespace
+
+std::string ce_cluster_unsupported(const CeLaunch& l, DType t, int64_t seg, int splits) {
+  if (splits < 1 || splits > kCeMaxClusterBlocks)
+    return "a cluster shares a row among at most " + std::to_string(kCeMaxClusterBlocks) + " blocks, not " +
+           std::to_string(splits) + " (v_chunk too small for the fused ce path)";
+  int dev = 0, major = 0;
+  CELTUNE_CUDA(cudaGetDevice(&dev));
+  CELTUNE_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) return "fused ce (bulk copies into shared memory, thread-block clusters) needs sm_90 or newer";
+  const int i = elems_index(l);
+  const ClusterFn fn = CELTUNE_PICK(cluster, t, i);
+  const size_t smem = static_cast<size_t>(cluster_cache(t, seg) * dtype_bytes(t));
+  allow_smem(fn, smem);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(splits));
+  cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr = cluster_attr(splits);
+  cfg.attrs = &attr, cfg.numAttrs = 1;
+  int clusters = 0;
+  CELTUNE_CUDA(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
+  if (clusters < 1)
+    return "a cluster of " + std::to_string(splits) + " blocks of " + std::to_string(l.threads) + " threads and " +
+           std::to_string(smem / 1024) + " KiB of shared memory each cannot be scheduled on this GPU";
+  return {};
+}
+
 void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool first, bool last, bool grad, float* lse,
              float* token_loss, const CeLaunch& l, cudaStream_t st) {
   if (v.rows == 0) return;
-  const int i = elems_index(l);
-  const FoldFn fn = pick(p.dtype, i, Table<float>::fold, Table<__nv_bfloat16>::fold, Table<__half>::fold);
+  const FoldFn fn = CELTUNE_PICK(fold, p.dtype, elems_index(l));
   // The cache only helps when this launch also writes the gradient.
   const int64_t cache = grad ? std::min(l.cache_elems, std::min(v.cols, max_cache_elems(p.dtype))) : 0;
   const size_t smem = static_cast<size_t>(cache * dtype_bytes(p.dtype));
-  if (smem > 48 * 1024) CELTUNE_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  fn<<<static_cast<unsigned>(v.rows), l.threads, smem, st>>>(v, p, s, first, last, grad, lse, token_loss, cache);
+  allow_smem(fn, smem);
+  fn<<<grid_of(v.rows, 1), l.threads, smem, st>>>(v, p, s, first, last, grad, lse, token_loss, cache);
   CELTUNE_LAUNCHED();
 }
 
-void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st) {
+void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st,
+             int64_t seg) {
   if (v.rows == 0) return;
-  const int i = elems_index(l);
-  const GradFn fn = pick(p.dtype, i, Table<float>::grad, Table<__nv_bfloat16>::grad, Table<__half>::grad);
-  fn<<<static_cast<unsigned>(v.rows), l.threads, 0, st>>>(v, p, lse);
+  if (seg <= 0 || seg > v.cols) seg = v.cols;
+  const int splits = static_cast<int>((v.cols + seg - 1) / seg);
+  const GradFn fn = CELTUNE_PICK(grad, p.dtype, elems_index(l));
+  fn<<<grid_of(v.rows, splits), l.threads, 0, st>>>(v, p, lse, seg, splits);
   CELTUNE_LAUNCHED();
+}
+
+void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
+                    const CeLaunch& l, cudaStream_t st) {
+  if (v.rows == 0) return;
+  if (seg <= 0 || seg > v.cols) seg = v.cols;
+  const int splits = static_cast<int>((v.cols + seg - 1) / seg);
+  const PartFn fn = CELTUNE_PICK(part, p.dtype, elems_index(l));
+  fn<<<grid_of(v.rows, splits), l.threads, 0, st>>>(v, p, seg, splits, reinterpret_cast<float4*>(parts), lse,
+                                                     token_loss);
+  CELTUNE_LAUNCHED();
+  if (splits == 1) return;  // the rows were whole: part_kernel wrote lse and token_loss
+  merge_parts_kernel<<<static_cast<unsigned>((v.rows + 255) / 256), 256, 0, st>>>(
+      reinterpret_cast<const float4*>(parts), v.r0, v.rows, splits, p, lse, token_loss);
+  CELTUNE_LAUNCHED();
+}
+
+void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse, float* token_loss, const CeLaunch& l,
+                cudaStream_t st) {
+  if (v.rows == 0) return;
+  const int splits = static_cast<int>((v.cols + seg - 1) / seg);
+  const ClusterFn fn = CELTUNE_PICK(cluster, p.dtype, elems_index(l));
+  const int64_t cache = cluster_cache(p.dtype, seg);
+  const size_t smem = static_cast<size_t>(cache * dtype_bytes(p.dtype));
+  allow_smem(fn, smem);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid_of(v.rows, splits));
+  cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr = cluster_attr(splits);
+  cfg.attrs = &attr, cfg.numAttrs = 1;
+  CELTUNE_CUDA(cudaLaunchKernelEx(&cfg, fn, v, p, seg, splits, lse, token_loss, cache));
 }
 
 void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_t* bad_index, cudaStream_t st) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "model/config.hpp"
 #include "model/types.hpp"
 
 namespace celtune::cuda {
@@ -61,10 +62,23 @@ struct CeLaunch {
 // The most row elements of dtype t a fused launch can keep on chip.
 int64_t max_cache_elems(DType t);
 
+// Which CE kernels a run launches, so only those are checked.
+struct CeKernels {
+  bool fold = true;      // ce_fold: flce's chunks
+  bool grad = false;     // ce_grad
+  bool part = false;     // ce_split_stats: the ce family's statistics
+  bool cluster = false;  // ce_cluster
+};
+
 // Why (block_size, threads) cannot launch for dtype t, or "" when it can: it must be
-// in the compiled table, and the kernels' registers must allow that many threads
-// (backward: the gradient kernel's too).
-std::string ce_launch_unsupported(const CeLaunch& l, DType t, bool backward);
+// in the compiled table, and the registers of every kernel in `used` must allow
+// that many threads.
+std::string ce_launch_unsupported(const CeLaunch& l, DType t, CeKernels used);
+
+// Why ce_cluster cannot run `splits` blocks of `seg` columns each on the current
+// device, or "" when it can (sm_90, the cluster size, and whether a cluster with
+// that much shared memory fits on the GPU at all).
+std::string ce_cluster_unsupported(const CeLaunch& l, DType t, int64_t seg, int splits);
 
 // Folds a tile into the row state. first: the state starts empty. last: the rows'
 // LSE is final after this tile, so write lse and token_loss. grad (needs last and
@@ -72,8 +86,25 @@ std::string ce_launch_unsupported(const CeLaunch& l, DType t, bool backward);
 void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool first, bool last, bool grad,
              float* lse, float* token_loss, const CeLaunch& l, cudaStream_t st);
 
-// Overwrites the tile with dZ given the final LSE.
-void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st);
+// Overwrites the view with dZ given the final LSE. seg > 0 splits each row into
+// segments of seg columns, one block each (the ce family's split rows).
+void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st,
+             int64_t seg = 0);
+
+// The ce family's statistics: rows split into segments of seg columns (seg ≥
+// cols: whole rows), one block each, so that a few rows still fill the GPU.
+// Whole rows write lse and token_loss directly; split rows write partials to
+// `parts` ([rows][splits] × 4 floats), merged by one thread per row in segment
+// order (deterministic).
+void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
+                    const CeLaunch& l, cudaStream_t st);
+
+// Forward+backward reading each row from device memory once: a thread-block
+// cluster of ceil(cols / seg) blocks (one when seg ≥ cols) (≤ kCeMaxClusterBlocks, model/config.hpp) shares each row, every
+// block holding its segment in shared memory, and the partials are exchanged
+// through distributed shared memory. Writes lse, token_loss and dZ (v.out).
+void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse, float* token_loss, const CeLaunch& l,
+                cudaStream_t st);
 
 // Counts valid targets into *n_valid and records the first target outside
 // [0, V) that is not ignore_index in *bad_index (−1 if none).

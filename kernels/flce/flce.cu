@@ -81,7 +81,12 @@ struct Layout {
   int64_t N, H, V, rc, vc, ld_vc, row_chunks;
   bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused;
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
-  size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, total;
+  // ce: each row split into ce_splits segments of vc columns, one block each;
+  // forward+backward with fused holds the row on chip in a cluster of ce_splits
+  // blocks (one block: a cluster of one), which needs no partials.
+  int ce_splits = 1;
+  bool ce_cluster = false;
+  size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, ce_parts, total;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -96,6 +101,10 @@ struct Layout {
     dw_acc = flce && bwd && row_chunks > 1 && lowp && c.dw_acc_fp32;
     db_acc = flce && bwd && p.bias;
     fused = flce && c.impl == KernelConfig::Impl::fused;
+    if (!flce) {
+      ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
+      ce_cluster = bwd && c.fused;
+    }
     if (fused) {
       const int v = logits_variant(c);
       part_rows = sm90_partial_rows(v, rc);
@@ -107,7 +116,7 @@ struct Layout {
       off += (bytes + 255) / 256 * 256;
       return at;
     };
-    state = take(sizeof(float) * 4 * static_cast<size_t>(N));
+    state = take(flce ? sizeof(float) * 4 * static_cast<size_t>(N) : 0);  // flce's chunks fold into it
     counters = take(2 * sizeof(int64_t));
     // Fused forward stores no tile: the statistics come out of the GEMM's epilogue.
     tile = take(flce && (bwd || !fused) ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
@@ -118,6 +127,7 @@ struct Layout {
     z_target = take(fused ? static_cast<size_t>(N) * 4 : 0);
     lse_part = take(parts * sizeof(sm90::LsePair));
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
+    ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
     total = off;
   }
 };
@@ -208,9 +218,23 @@ void check_supported(const Problem& p, const KernelConfig& c, int device) {
     if (p.hidden % 8)
       fail_usage("hidden size " + std::to_string(p.hidden) + " must be a multiple of 8 for impl fused (TMA rows)");
   }
-  const std::string why =
-      ce_launch_unsupported(CeLaunch{c.block_size, c.threads}, p.dtype, p.mode == Mode::forward_backward);
-  if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
+  const bool bwd = p.mode == Mode::forward_backward;
+  CeKernels used;
+  const CeLaunch launch{c.block_size, c.threads};
+  if (p.family == Family::ce) {
+    const Layout L(p, c);
+    used.fold = false;
+    used.part = !L.ce_cluster;
+    used.grad = bwd && used.part;
+    used.cluster = L.ce_cluster;
+    std::string why = ce_launch_unsupported(launch, p.dtype, used);
+    if (why.empty() && L.ce_cluster) why = ce_cluster_unsupported(launch, p.dtype, L.vc, L.ce_splits);
+    if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
+  } else {
+    used.grad = bwd;
+    const std::string why = ce_launch_unsupported(launch, p.dtype, used);
+    if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
+  }
   if (c.rows_per_block != 1) fail_usage("the CUDA ce kernels take rows_per_block = 1");
   if (!c.gemm_algos.empty()) {
     // A serialised algorithm is only meaningful to the cuBLASLt that made it.
@@ -395,18 +419,13 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
   const Prologue run = begin_run(ctx, p, c, a, st);
   const Layout& L = run.L;
   const LossParams& lp = run.lp;
-  const int64_t bytes = dtype_bytes(p.dtype);
-  auto view = [&](int64_t v0, int64_t cols) {
-    return TileView{static_cast<char*>(a.logits) + v0 * bytes, L.V, 0, L.N, v0, cols,
-                    a.dz ? static_cast<char*>(a.dz) + v0 * bytes : nullptr, L.V};
-  };
-  for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {
-    const int64_t cols = std::min(L.vc, L.V - v0);
-    ce_fold(view(v0, cols), lp, run.rs, v0 == 0, v0 + cols >= L.V, L.one_pass && L.bwd, a.lse, a.token_loss, run.launch,
-            st);
+  const TileView all{a.logits, L.V, 0, L.N, 0, L.V, a.dz, L.V};
+  if (L.ce_cluster) {
+    ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st);
+  } else {
+    ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st);
+    if (L.bwd) ce_grad(all, lp, a.lse, run.launch, st, L.vc);
   }
-  if (L.bwd && !L.one_pass)
-    for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) ce_grad(view(v0, std::min(L.vc, L.V - v0)), lp, a.lse, run.launch, st);
   reduce_loss(a.token_loss, L.N, lp, a.loss, st);
 }
 

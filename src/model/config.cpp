@@ -35,6 +35,13 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (c.v_chunk_for(p) < p.vocab && c.block_size > c.v_chunk_for(p))
     fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
                std::to_string(c.v_chunk_for(p)));
+  if (p.family == Family::ce && c.fused && p.mode == Mode::forward_backward) {
+    const int64_t seg = c.v_chunk_for(p), blocks = (p.vocab + seg - 1) / seg;
+    if (blocks > kCeMaxClusterBlocks)
+      fail_usage("fused ce splits each row among a cluster of at most " + std::to_string(kCeMaxClusterBlocks) +
+                 " blocks; v_chunk " + std::to_string(c.v_chunk) + " makes " + std::to_string(blocks) +
+                 " (use v_chunk ≥ " + std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + ")");
+  }
   if (c.impl == KernelConfig::Impl::fused) {
     if (p.family != Family::flce) fail_usage("impl fused is a flce implementation");
     if (p.dtype == DType::fp32) fail_usage("impl fused takes bf16 or fp16 inputs; fp32 runs on cuBLASLt");
@@ -46,6 +53,27 @@ void validate_config(const Problem& p, const KernelConfig& c) {
                std::to_string(c.gemm_algos.size()));
 }
 
+namespace {
+// ce, measured on an H100 and an H200 (docs/results.md, 2026-11-22, sixth
+// session; V from 32000 to 256000, N from 1 to 32768): tiles of 4096 with 256
+// threads (16 elements a thread) came within 1.09x (H100) and 1.06x (H200) of the
+// best of 40 swept configs at every N ≥ 256, forward and forward+backward, and
+// was the best at most of them. Below ~256 rows the GPU is not full: each
+// row splits into segments (≥ 4096 columns, rounded up to 256) until about 256
+// blocks run; at one row, 16 segments of Llama's 128256 took 0.017 ms where one
+// block took 0.024.
+KernelConfig ce_default(const Problem& p, KernelConfig c) {
+  constexpr int64_t kBlocks = 256, kMinSegment = 4096;
+  c.block_size = 4096;
+  c.threads = 256;
+  int64_t splits = 1;
+  while (p.tokens * splits < kBlocks && p.vocab / (splits * 2) >= kMinSegment) splits *= 2;
+  if (splits > 1) c.v_chunk = ((p.vocab + splits - 1) / splits + 255) / 256 * 256;
+  if (c.block_size > c.v_chunk_for(p)) c.block_size = 1024;  // a vocabulary under 4096
+  return c;
+}
+}  // namespace
+
 KernelConfig default_config(const Problem& p) {
   // Measured on an H100 (docs/results.md, 2026-11-22): tiles of 2048 with 256
   // threads read logits at 93% of copy bandwidth.
@@ -53,7 +81,7 @@ KernelConfig default_config(const Problem& p) {
   c.block_size = 2048;
   c.threads = 256;
   c.rows_per_block = 1;
-  if (p.family == Family::ce) return c;  // one block per row, whole vocabulary
+  if (p.family == Family::ce) return ce_default(p, c);
   // flce: one pass (three GEMMs) with as many rows per chunk as fit a 224 MiB
   // tile, which with cuBLASLt's 32 MiB workspace keeps scratch within 256 MiB.
   // On the H100 this ran at 1.12x the three-GEMM floor for Llama-3-8B shapes,

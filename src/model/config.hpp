@@ -17,6 +17,10 @@
 
 namespace celtune {
 
+// The most blocks a fused ce row may be split among: the portable
+// thread-block cluster size.
+inline constexpr int kCeMaxClusterBlocks = 8;
+
 struct KernelConfig {
   // Elements of one online-softmax tile: the CE kernel folds block_size logits of a
   // row at a time into the running (max, sum-exp) pair. Power of two.
@@ -40,6 +44,9 @@ struct KernelConfig {
   // Forward+backward in one kernel that reads each row from device memory once:
   // the row is held in shared memory between the forward and gradient sweeps (as
   // much of it as fits; the rest is read again). ce family, and flce's one pass.
+  // The ce family's fused path loads rows into shared memory with bulk copies
+  // (sm_90); with v_chunk < V the row's segments are held by a thread-block
+  // cluster of ceil(V / v_chunk) ≤ kCeMaxClusterBlocks blocks.
   bool fused = false;
   // flce: which GEMMs run it. cublaslt: cuBLASLt GEMMs and the CE kernels on the
   // tile (any architecture, any dtype). fused: Hopper (sm_90) CUTLASS kernels whose

@@ -168,6 +168,43 @@ TEST_CASE("ce with N·V beyond 2^31 (64-bit indexing): rows past the 2^31st elem
   CHECK(out.loss == doctest::Approx(total).epsilon(1e-4));
 }
 
+TEST_CASE("ce rows split across blocks and shared by clusters: few rows, wide and odd vocabularies") {
+  // Three rows cannot fill the GPU with one block each, so rows split into
+  // segments (partials merged after) or, with fused, into a cluster that holds the
+  // row on chip. Segment widths that are not multiples of 8 start segments off
+  // the 16-byte grid, and V = 50257 starts every row off it: the head path.
+  int runs = 0;
+  for (int64_t V : {int64_t{128256}, int64_t{50257}})
+    for (DType dt : {DType::bf16, DType::fp32})
+      for (int splits : {2, 5, 8, 24})
+        for (bool fused : {false, true}) {
+          if (fused && splits > kCeMaxClusterBlocks) continue;
+          ValidationCase vc;
+          Problem& p = vc.problem;
+          p.family = Family::ce, p.tokens = 3, p.hidden = 0, p.vocab = V, p.dtype = dt;
+          p.loss.label_smoothing = 0.1, p.loss.softcap = splits == 5 ? 30.0 : 0.0;
+          vc.config.block_size = 2048, vc.config.threads = 256;
+          vc.config.v_chunk = (V + splits - 1) / splits;
+          vc.config.fused = fused;
+          vc.spec.seed = next_seed();
+          vc.spec.ignore_fraction = 0.0;
+          vc.name = "split-rows";
+          expect_pass(vc);
+          ++runs;
+        }
+  CHECK(runs == 28);
+}
+
+TEST_CASE("fused ce with more segments than a cluster holds is refused, naming the limit") {
+  Problem p;
+  p.family = Family::ce, p.tokens = 2, p.hidden = 0, p.vocab = 128256, p.dtype = DType::bf16;
+  KernelConfig c;
+  c.block_size = 2048, c.threads = 256, c.fused = true, c.v_chunk = 8192;  // 16 segments
+  std::string why;
+  CHECK_FALSE(gpu()->supports(p, c, &why));
+  CHECK(why.find("at most 8") != std::string::npos);
+}
+
 TEST_CASE("the GPU reference agrees with fp64 to fp32 accuracy for every option of the default matrix") {
   // validate trusts the GPU reference where fp64 cannot go; here it earns that
   // trust on every family, dtype and option set at the matrix's odd shapes.

@@ -104,13 +104,18 @@ TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, ne
   llama.family = Family::flce, llama.tokens = 4096, llama.hidden = 4096, llama.vocab = 128256;
   CHECK(fp64_cost(llama) > kFp64Budget);
 
-  // The GPU-only cases: every flce bf16/fp16 case again under impl fused, and
-  // the 64-bit case, one tile of N·V > 2^31 logits.
+  // The GPU-only cases: every flce bf16/fp16 case again under impl fused, every
+  // chunked ce case again with its row held by a cluster, and the 64-bit case,
+  // one tile of N·V > 2^31 logits.
   const auto with_gpu = default_matrix(11, true);
   const auto fused = std::count_if(with_gpu.begin(), with_gpu.end(),
                                    [](const ValidationCase& vc) { return vc.config.impl == KernelConfig::Impl::fused; });
   CHECK(fused == 2 * 12 * 2);  // dtypes × option sets × (one pass, chunked)
-  REQUIRE(with_gpu.size() == small.size() + static_cast<size_t>(fused) + 1);
+  const auto cluster = std::count_if(with_gpu.begin(), with_gpu.end(), [](const ValidationCase& vc) {
+    return vc.problem.family == Family::ce && vc.config.fused && vc.config.v_chunk > 0;
+  });
+  CHECK(cluster == 3 * 12);  // dtypes × option sets
+  REQUIRE(with_gpu.size() == small.size() + static_cast<size_t>(fused + cluster) + 1);
   CHECK_THROWS_AS(backend->check(with_gpu[small.size()].problem, with_gpu[small.size()].config), Error);
   const ValidationCase& big = with_gpu.back();
   CHECK(big.problem.tokens * big.problem.vocab > int64_t{INT32_MAX});

@@ -167,6 +167,34 @@ TEST_CASE("the default rule's choices at the shipped presets, as measured agains
   }
 }
 
+TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
+  // Pinned so that a change to the rule is deliberate (the measurements behind
+  // it: config.cpp, docs/results.md).
+  Problem p;
+  p.family = Family::ce, p.hidden = 0, p.vocab = 128256;
+  struct Pin {
+    int64_t N, v_chunk;
+  };
+  // ~256 blocks wanted; segments of at least 4096 columns, rounded up to 256.
+  for (const Pin& pin : {Pin{1, 8192}, Pin{16, 8192}, Pin{32, 16128}, Pin{64, 32256}, Pin{128, 64256},
+                         Pin{256, 0}, Pin{4096, 0}, Pin{32768, 0}}) {
+    p.tokens = pin.N;
+    const KernelConfig c = default_config(p);
+    CAPTURE(pin.N);
+    CHECK(c.v_chunk == pin.v_chunk);
+    CHECK(c.block_size == 4096);
+    CHECK(c.threads == 256);
+    CHECK_FALSE(c.fused);
+    CHECK_NOTHROW(validate_config(p, c));
+  }
+  p.vocab = 32000, p.tokens = 1;  // 4 segments of 8000 columns
+  CHECK(default_config(p).v_chunk == 8192);
+  p.vocab = 3000;  // too narrow to split, and narrower than a 4096 tile
+  CHECK(default_config(p).v_chunk == 0);
+  CHECK(default_config(p).block_size == 1024);
+  CHECK_NOTHROW(validate_config(p, default_config(p)));
+}
+
 TEST_CASE("the default config keeps flce scratch within 256 MiB, as tune's --max-scratch does") {
   // Mirrors the CUDA backend's layout: row state (16 B a token), the tile in the
   // input dtype (leading dimension v_chunk rounded up to 8), a fp32 dX

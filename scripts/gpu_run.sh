@@ -150,6 +150,18 @@ for s in $steps; do
       note "lookup: $(grep -E '^tag' "$OUT/lookup.txt" | tr '\n' ' ')"
       cat "$OUT/lookup.txt"
       ;;
+    unaligned)
+      # Issue 13's unaligned-V bar: the default config at GPT-2's V = 50257
+      # against V rounded up to a multiple of 128 (50304), same N and H.
+      for N in 8192 32768; do
+        $B/celtune bench --shape $N,768,50257 --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
+        $B/celtune bench --shape $N,768,50304 --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
+        $B/celtune bench --shape $N,768,50257 --mode fwd --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
+        $B/celtune bench --shape $N,768,50304 --mode fwd --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
+      done
+      note "unaligned: $(grep -cE '^flce +celtune' "$OUT/unaligned.txt") rows"
+      grep -E '^flce +celtune' "$OUT/unaligned.txt"
+      ;;
     cesweep)
       # ce configs at few and many rows, for the ce default: one block per row at
       # four tile shapes, rows split into 2…64 segments, and (forward+backward)
@@ -226,18 +238,21 @@ for s in $steps; do
       cat "$OUT/example.txt"
       ;;
     presets)
-      # The shipped database: every model preset at N = 2048…16384, forward+
+      # The shipped database: every model preset at N = 1024…32768, forward+
       # backward (the training step), guided with a budget of 12 evaluations.
-      #   PRESET_MODELS, PRESET_TOKENS, PRESET_MODES override the defaults.
+      #   PRESET_MODELS, PRESET_TOKENS, PRESET_MODES, PRESET_BUDGET, PRESET_RUNS
+      #   override the defaults; PRESET_TAG names the output (several calls
+      #   share one GPU's rows: merge their JSONL with celtune db import).
       # The JSONL is named after the GPU, as db/tuned/ names it.
       t0=$(date +%s)
       gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z-')
       for m in ${PRESET_MODELS:-llama3-8b llama3-70b qwen2.5-7b gemma2-2b mistral-7b}; do
-        $B/celtune tune --model $m --tokens ${PRESET_TOKENS:-2048..16384} --mode ${PRESET_MODES:-fwdbwd} --budget 12 \
-          --max-runs 10 --db "$OUT/presets.sqlite" >>"$OUT/presets.txt" 2>&1 || note "tune $m failed"
+        $B/celtune tune --model $m --tokens ${PRESET_TOKENS:-1024..32768} --mode ${PRESET_MODES:-fwdbwd} \
+          --budget ${PRESET_BUDGET:-12} --max-runs ${PRESET_RUNS:-10} --db "$OUT/presets.sqlite" >>"$OUT/presets.txt" 2>&1 ||
+          note "tune $m failed"
       done
       note "tune presets: $(( $(date +%s) - t0 )) s"
-      $B/celtune db --db "$OUT/presets.sqlite" export --jsonl -o "$OUT/$gpu.jsonl"
+      $B/celtune db --db "$OUT/presets.sqlite" export --jsonl -o "$OUT/$gpu${PRESET_TAG:+-$PRESET_TAG}.jsonl"
       $B/celtune validate --from-db "$OUT/presets.sqlite" >"$OUT/validate_presets.txt" 2>&1
       note "validate --from-db presets: exit $?: $(tail -1 "$OUT/validate_presets.txt")"
       rm -f "$OUT/presets.sqlite"*

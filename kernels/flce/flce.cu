@@ -21,7 +21,7 @@
 //
 // Alignment: cuBLASLt needs 16-byte aligned rows, so H must be a multiple of 8
 // (16-bit) or 4 (fp32), and a v_chunk below V a multiple of 8; the tile's leading
-// dimension is v_chunk rounded up to 8. V itself may be anything, but a GEMM whose
+// dimension is v_chunk rounded up to 128. V itself may be anything, but a GEMM whose
 // vocabulary width is not a multiple of 128 falls off cuBLASLt's fast kernels
 // (GPT-2's 50257 ran at a third of the aligned speed on an H200): every cuBLASLt
 // GEMM is split into the aligned columns and a ragged tail of < 128 columns
@@ -92,7 +92,9 @@ struct Layout {
     N = p.tokens, H = p.hidden, V = p.vocab;
     rc = p.family == Family::flce ? c.row_chunk_for(p) : N;
     vc = c.v_chunk_for(p);
-    ld_vc = round_up(vc, 8);
+    // Rows of the tile start on 256-byte boundaries (bf16): at GPT-2's 50257, a
+    // leading dimension rounded up only to 8 left every row off the GEMMs' grid.
+    ld_vc = round_up(vc, 128);
     row_chunks = (N + rc - 1) / rc;
     bwd = p.mode == Mode::forward_backward;
     one_pass = vc >= V;

@@ -104,7 +104,8 @@ KernelConfig default_config(const Problem& p) {
     while (c.block_size > 256 && c.block_size > c.v_chunk_for(p)) c.block_size /= 2;
     return c;
   }
-  const int64_t rows_full_v = tile_budget / (p.vocab * bytes);
+  // The tile's rows are V rounded up to 128 elements (kernels/flce/flce.cu).
+  const int64_t rows_full_v = tile_budget / ((p.vocab + 127) / 128 * 128 * bytes);
   if (rows_full_v >= std::min<int64_t>(128, p.tokens)) {
     c.v_chunk = 0;
     c.row_chunk = rows_full_v >= p.tokens ? 0 : rows_full_v / 128 * 128;  // whole GEMM tiles

@@ -197,7 +197,7 @@ TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
 
 TEST_CASE("the default config keeps flce scratch within 256 MiB, as tune's --max-scratch does") {
   // Mirrors the CUDA backend's layout: row state (16 B a token), the tile in the
-  // input dtype (leading dimension v_chunk rounded up to 8), a fp32 dX
+  // input dtype (leading dimension v_chunk rounded up to 128), a fp32 dX
   // accumulator for two passes, a fp32 dW accumulator when asked, and cuBLASLt's
   // 32 MiB workspace. Exact divisions (V = 32768, N = 4096) once overshot by the
   // row state alone, so the tuner could not let the default win.
@@ -209,7 +209,7 @@ TEST_CASE("the default config keeps flce scratch within 256 MiB, as tune's --max
           p.tokens = N, p.hidden = H, p.vocab = V, p.mode = m;
           const KernelConfig c = default_config(p);
           CAPTURE(p.key());
-          const int64_t rc = c.row_chunk_for(p), vc = c.v_chunk_for(p), ld = (vc + 7) / 8 * 8;
+          const int64_t rc = c.row_chunk_for(p), vc = c.v_chunk_for(p), ld = (vc + 127) / 128 * 128;
           const bool bwd = m == Mode::forward_backward, two_pass = !c.one_pass(p);
           int64_t bytes = 16 * N + 16 + rc * ld * 2 + (int64_t{32} << 20);
           if (bwd && two_pass && c.dx_acc_fp32) bytes += rc * H * 4;

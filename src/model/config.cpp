@@ -95,9 +95,12 @@ KernelConfig default_config(const Problem& p) {
   const int64_t tile_budget = kTileBytes - 16 * p.tokens - 4096;
   if (p.mode == Mode::forward) {
     // Forward only has no second pass, so vocabulary chunks cost nothing extra:
-    // all rows per chunk (tall GEMMs) and as many columns as the budget allows.
-    // On the H100 this beat one-pass chunks of 768 rows by 10% (N=4096, V=128256).
-    c.row_chunk = std::min<int64_t>(p.tokens, 16384);
+    // tall row chunks and as many columns as the budget allows. On the H100 this
+    // beat one-pass chunks of 768 rows by 10% (N=4096, V=128256). Row chunks stop
+    // at 8192 rows: at 16384 the budget left vocabulary chunks of ~7000 columns,
+    // 1.11–1.20x the tuned best at N ≥ 16384 on both GPUs, where 8192 rows (~14000
+    // columns) were the tuned best or within 1.09x at N = 8192 (docs/results.md).
+    c.row_chunk = std::min<int64_t>(p.tokens, 8192);
     if (c.row_chunk >= p.tokens) c.row_chunk = 0;
     const int64_t vc = tile_budget / (c.row_chunk_for(p) * bytes) / 256 * 256;
     c.v_chunk = vc >= p.vocab ? 0 : std::max<int64_t>(vc, 2048);

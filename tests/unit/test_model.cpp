@@ -167,6 +167,28 @@ TEST_CASE("the default rule's choices at the shipped presets, as measured agains
   }
 }
 
+TEST_CASE("the forward default: row chunks of at most 8192 rows, the widest vocabulary chunks 224 MiB allow") {
+  // Pinned: at N ≥ 16384, chunks of 16384 rows left ~7000 columns and ran
+  // 1.11–1.20x the tuned best; 8192 rows (14080 columns) came within 1.03x of
+  // it on both GPUs at all five presets (docs/results.md, sixth session).
+  struct Pin {
+    int64_t H, V;
+  };
+  for (const Pin& pin : {Pin{4096, 128256}, Pin{8192, 128256}, Pin{3584, 152064}, Pin{2304, 256000}, Pin{4096, 32768}})
+    for (int64_t N : {16384, 32768}) {
+      Problem p;
+      p.tokens = N, p.hidden = pin.H, p.vocab = pin.V, p.mode = Mode::forward;
+      const KernelConfig c = default_config(p);
+      CAPTURE(p.key());
+      CHECK(c.row_chunk == 8192);
+      CHECK(c.v_chunk == 14080);
+      CHECK(c.block_size == 2048);
+    }
+  Problem p;
+  p.tokens = 8192, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward;
+  CHECK(default_config(p).row_chunk == 0);  // all rows in one chunk
+}
+
 TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
   // Pinned so that a change to the rule is deliberate (the measurements behind
   // it: config.cpp, docs/results.md).

@@ -57,7 +57,7 @@ namespace {
 // ce, measured on an H100 and an H200 (docs/results.md, 2026-11-22, sixth
 // session; V from 32000 to 256000, N from 1 to 32768): tiles of 4096 with 256
 // threads (16 elements a thread) came within 1.09x (H100) and 1.06x (H200) of the
-// best of 40 swept configs at every N ≥ 256, forward and forward+backward, and
+// best of 22 swept configs at every N ≥ 256, forward and forward+backward, and
 // was the best at most of them. Below ~256 rows the GPU is not full: each
 // row splits into segments (≥ 4096 columns, rounded up to 256) until about 256
 // blocks run; at one row, 16 segments of Llama's 128256 took 0.017 ms where one

@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <set>
+#include <string>
 
 #include "kernels/flce/sm90/variants.hpp"
 #include "kernels/space.hpp"
+#include "model/error.hpp"
 #include "tuners/strategy.hpp"
 
 using namespace celtune;
@@ -107,4 +109,38 @@ TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where 
   // fp32 inputs run on cuBLASLt only.
   p.dtype = DType::fp32;
   CHECK(count(p, fused) == 0);
+}
+
+TEST_CASE("the ce space splits rows into 2…64 segments, and fused rows into clusters of at most 8") {
+  Problem p;
+  p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 128256, p.dtype = DType::bf16;
+  std::set<int64_t> chunks;
+  int fused_split = 0;
+  for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) {
+    const KernelConfig& c = cand.config;
+    chunks.insert(c.v_chunk);
+    CHECK(c.block_size <= c.v_chunk_for(p));  // a tile never straddles two segments
+    if (c.fused && c.v_chunk != 0) {
+      ++fused_split;
+      CHECK((p.vocab + c.v_chunk - 1) / c.v_chunk <= kCeMaxClusterBlocks);
+    }
+  }
+  // Whole rows, then V/2 … V/64 rounded up to 256 columns (64 segments of 2048).
+  CHECK(chunks == std::set<int64_t>{0, 2048, 4096, 8192, 16128, 32256, 64256});
+  CHECK(fused_split > 0);
+  // validate_config names the cluster limit for a fused row in 16 segments.
+  KernelConfig c;
+  c.block_size = 2048, c.threads = 256, c.fused = true, c.v_chunk = 8192;
+  try {
+    validate_config(p, c);
+    FAIL("16 segments accepted for a fused ce row");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("at most 8") != std::string::npos);
+  }
+  c.v_chunk = 16128;  // 8 segments: a cluster of 8
+  CHECK_NOTHROW(validate_config(p, c));
+  p.mode = Mode::forward;  // forward has nothing to hold on chip: fused is not offered
+  for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) CHECK_FALSE(cand.config.fused);
+  p.vocab = 1500;  // too narrow for two segments of 1024 columns
+  for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) CHECK(cand.config.v_chunk == 0);
 }

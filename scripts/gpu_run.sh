@@ -154,10 +154,11 @@ for s in $steps; do
       # Issue 13's unaligned-V bar: the default config at GPT-2's V = 50257
       # against V rounded up to a multiple of 128 (50304), same N and H.
       for N in 8192 32768; do
-        $B/celtune bench --shape $N,768,50257 --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
-        $B/celtune bench --shape $N,768,50304 --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
-        $B/celtune bench --shape $N,768,50257 --mode fwd --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
-        $B/celtune bench --shape $N,768,50304 --mode fwd --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
+        for mode in fwdbwd fwd; do
+          for V in 50257 50304; do
+            $B/celtune bench --shape $N,768,$V --mode $mode --no-ce --no-unfused >>"$OUT/unaligned.txt" 2>&1
+          done
+        done
       done
       note "unaligned: $(grep -cE '^flce +celtune' "$OUT/unaligned.txt") rows"
       grep -E '^flce +celtune' "$OUT/unaligned.txt"
@@ -167,9 +168,9 @@ for s in $steps; do
       # four tile shapes, rows split into 2…64 segments, and (forward+backward)
       # the row held on chip by one block or by a cluster of 2, 4 or 8.
       #   CE_VOCABS, CE_TOKENS override the shapes.
+      seg() { echo $(( (($1 + $2 - 1) / $2 + 255) / 256 * 256 )); }  # V split in $2, rounded up to 256
       for V in ${CE_VOCABS:-128256 32000 256000 50257}; do
         t0=$(date +%s)
-        seg() { echo $(( (($1 + $2 - 1) / $2 + 255) / 256 * 256 )); }
         cf=()
         for c in 2048:256 4096:512 8192:1024 4096:256; do
           cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:}}")

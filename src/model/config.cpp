@@ -118,10 +118,14 @@ KernelConfig default_config(const Problem& p) {
     const int64_t dx_acc = c.row_chunk * p.hidden * 4;
     c.v_chunk = std::max<int64_t>(2048, (tile_budget - dx_acc) / (c.row_chunk * bytes) / 256 * 256);
   }
-  // dW accumulates across row chunks in fp32 unless that accumulator (V×H×4)
-  // alone would break the budget; then in the output dtype (validated in the gpu
-  // suite at 16 row chunks in bf16).
-  c.dw_acc_fp32 = p.vocab * p.hidden * 4 <= kTileBytes;
+  // dW accumulates across row chunks in fp32 only when that accumulator (V×H×4)
+  // fits beside the tile and dX's within the budget; otherwise in the output dtype
+  // (validated in the gpu suite at 16 row chunks in bf16). Small models (H = 768,
+  // V = 50257) once took fp32 beside a full tile: 400 MiB of scratch, past the
+  // 256 MiB that tune's --max-scratch allows, so tuning could not keep the default.
+  const int64_t rc = c.row_chunk_for(p), tile = rc * ((c.v_chunk_for(p) + 127) / 128 * 128) * bytes;
+  const int64_t dx = c.one_pass(p) ? 0 : rc * p.hidden * 4;
+  c.dw_acc_fp32 = p.vocab * p.hidden * 4 + tile + dx <= tile_budget;
   c.dx_acc_fp32 = true;
   while (c.block_size > 256 && c.block_size > c.v_chunk_for(p)) c.block_size /= 2;
   return c;

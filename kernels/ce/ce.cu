@@ -465,8 +465,8 @@ __device__ __forceinline__ void write_grad_row(const T* row, T* orow, int64_t v0
   }
 }
 
-// flce's chunk schedule and the ce family's unsplit rows: one block per row of the
-// view, folding into the RowState across vocabulary chunks (first, last).
+// flce's chunk schedule: one block per row of the view, folding into the RowState
+// across vocabulary chunks (first, last).
 template <typename T, int ELEMS>
 __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, bool last, bool grad, float* lse,
                             float* token_loss, int64_t cache_elems) {
@@ -616,12 +616,27 @@ __global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows
 
 // dZ from the final LSE, block b on segment b % splits of row b / splits.
 template <typename T, int ELEMS>
-__global__ void grad_kernel(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
+__device__ __forceinline__ void grad_segment(const TileView& v, const LossParams& p, const float* lse, int64_t seg,
+                                             int splits) {
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, y = target_of(p, gr);
   const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
   T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
   write_grad_row<T, ELEMS>(row, orow, v.v0 + g.c0, g.cols, p, lse[gr], token_scale(p, gr, y), y, nullptr, 0);
+}
+template <typename T, int ELEMS>
+__global__ void grad_kernel(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
+  grad_segment<T, ELEMS>(v, p, lse, seg, splits);
+}
+// 16-bit inputs at 16 elements a thread (the ce default's 4096-wide tiles): left
+// alone the compiler takes 84 registers, so two blocks of 256 threads share an
+// SM; capped at 80 (no spills, ptxas -v) three do, and the H100 wrote dZ 1–7%
+// faster (docs/results.md, 2026-11-23). The cap is not applied to every ELEMS:
+// where it exceeds the compiler's own count, ptxas spends the headroom and
+// occupancy falls.
+template <typename T>
+__global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
+  grad_segment<T, 16>(v, p, lse, seg, splits);
 }
 
 constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
@@ -738,8 +753,9 @@ template <typename T>
 struct Table {
   static constexpr FoldFn fold[kNumElems] = {fold_kernel<T, 1>, fold_kernel<T, 2>,  fold_kernel<T, 4>,
                                              fold_kernel<T, 8>, fold_kernel<T, 16>, fold_kernel<T, 32>};
-  static constexpr GradFn grad[kNumElems] = {grad_kernel<T, 1>, grad_kernel<T, 2>,  grad_kernel<T, 4>,
-                                             grad_kernel<T, 8>, grad_kernel<T, 16>, grad_kernel<T, 32>};
+  static constexpr GradFn grad[kNumElems] = {
+      grad_kernel<T, 1>, grad_kernel<T, 2>, grad_kernel<T, 4>, grad_kernel<T, 8>,
+      sizeof(T) == 2 ? grad_kernel_80<T> : grad_kernel<T, 16>, grad_kernel<T, 32>};
   static constexpr PartFn part[kNumElems] = {part_kernel<T, 1>, part_kernel<T, 2>,  part_kernel<T, 4>,
                                              part_kernel<T, 8>, part_kernel<T, 16>, part_kernel<T, 32>};
   static constexpr ClusterFn cluster[kNumElems] = {cluster_kernel<T, 1>, cluster_kernel<T, 2>,

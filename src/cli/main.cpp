@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <new>
 
 #include <CLI/CLI.hpp>
 
@@ -36,17 +37,39 @@ int main(int argc, char** argv) {
   add("db", cli::register_db(app));
   add("report", cli::register_report(app));
   add("lookup", cli::register_lookup(app));
+  // Help and version text go to standard output like any result: a write that
+  // failed is an environment error there too.
+  auto printed = [](int rc) {
+    errno = 0;
+    if (std::cout.flush()) return rc;
+    std::cerr << "celtune: error writing standard output" << (errno ? std::string(": ") + std::strerror(errno) : "")
+              << '\n';
+    return static_cast<int>(Status::environment);
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return printed(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return printed(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return printed(app.exit(e));
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the message
     return static_cast<int>(Status::usage);
+  }
+  // An empty value (--db '', -o '', --shape '') must not pass for an option not
+  // given: `db merge -o ''` reported success and wrote nothing, `tune --db ''`
+  // tuned into the default database.
+  for (CLI::App* sub = &app; sub;) {
+    for (const CLI::Option* opt : sub->get_options())
+      for (const std::string& v : opt->results())
+        if (v.empty()) {
+          std::cerr << "celtune: " << opt->get_name() << " was given an empty value\n";
+          return static_cast<int>(Status::usage);
+        }
+    const auto subs = sub->get_subcommands();
+    sub = subs.empty() ? nullptr : subs.front();
   }
   try {
     int rc = static_cast<int>(Status::usage);
@@ -64,6 +87,9 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::cerr << "celtune: " << e.what() << '\n';
     return static_cast<int>(e.status());
+  } catch (const std::bad_alloc&) {
+    std::cerr << "celtune: out of host memory (the problem's host copies or results do not fit this machine)\n";
+    return static_cast<int>(Status::environment);
   } catch (const std::exception& e) {
     // Not one of ours: a bug or resource exhaustion. Still an environment error
     // to the caller, never an abort.

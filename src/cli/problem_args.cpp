@@ -45,7 +45,12 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
     const int64_t lo = parse_i64(s.substr(0, dots), "token range start");
     const int64_t hi = parse_i64(s.substr(dots + 2), "token range end");
     if (lo <= 0 || hi < lo) fail_usage("token range '" + s + "' must be positive and ascending");
-    for (int64_t n = lo; n <= hi; n *= 2) out.push_back(n);
+    // Doubling stops before it could pass hi: n·2 overflowed int64 for hi ≥ 2^62
+    // and the range never ended.
+    for (int64_t n = lo;; n *= 2) {
+      out.push_back(n);
+      if (n > hi / 2) break;
+    }
     return out;
   }
   for (const auto& part : split(s, ',')) {
@@ -143,7 +148,7 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   base.loss.ignore_index = parse_i64(a.ignore_index, "--ignore-index");
   base.loss.reduction = *parse_reduction(a.reduction);
   base.loss.label_smoothing = a.label_smoothing;
-  if (!std::isnan(a.softcap)) base.loss.softcap = a.softcap;
+  if (a.softcap) base.loss.softcap = *a.softcap;
   base.loss.z_loss = a.z_loss;
   base.bias = a.bias;
   std::vector<DType> dtypes;

@@ -26,9 +26,10 @@ struct ProblemArgs {
   std::string ignore_index = "-100";  // parsed by us: CLI11 saturates integers out of range
   std::string reduction = "mean";
   double label_smoothing = 0, z_loss = 0;
-  // NaN: not given, so the model preset's softcap (else 0) applies; a given
-  // --softcap, 0 included, wins over the preset.
-  double softcap = std::numeric_limits<double>::quiet_NaN();
+  // Empty: not given, so the model preset's softcap (else 0) applies; a given
+  // --softcap, 0 included, wins over the preset. (A NaN sentinel let
+  // `--softcap nan` pass as "not given".)
+  std::optional<double> softcap;
   bool bias = false;
   std::vector<std::string> modes;
 };

@@ -53,6 +53,8 @@ E parse_enum(std::optional<E> v, const std::string& s, const char* what) {
 }  // namespace
 
 double canonical_option(double v) {
+  // −0 is 0: `--softcap=-0` must name the entry `--softcap 0` does.
+  if (v == 0.0) return 0.0;
   // The kernels and the C API carry loss options as float; the CLI parses
   // doubles. Both must name the same stored entry, so an option is significant
   // to float precision and keyed by the shortest decimal of that float:

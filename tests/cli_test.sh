@@ -88,6 +88,19 @@ expect 2 "shape with two fields" -- "$celtune" validate --device cpu --shape 12,
 expect 2 "zero tokens" -- "$celtune" validate --device cpu --shape 0,64,100
 expect 2 "unknown preset" -- "$celtune" validate --device cpu --model gpt-17 --tokens 8
 expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1.5
+# Found by probing as a new user (2026-11-23): each once passed or crashed.
+expect 2 "a token range up to 2^62 (doubling overflowed int64)" -- "$celtune" lookup --device cpu \
+  --tokens 1..4611686018427387904 --hidden 16 --vocab 50
+expect 2 "an empty --shape is not an absent one" -- "$celtune" validate --device cpu --shape ''
+contains err "empty value" "the message says the value is empty"
+expect 2 "an empty --config" -- "$celtune" validate --device cpu --shape 4,8,100 --config ''
+expect 2 "--softcap nan (a NaN sentinel once meant: not given)" -- "$celtune" lookup --device cpu --shape 8,16,50 \
+  --mode fwd --softcap nan
+expect 0 "--softcap=-0" -- "$celtune" lookup --device cpu --shape 8,16,50 --mode fwd --softcap=-0
+contains out ":cap0:" "-0 keys as 0"
+expect 2 "a --max-scratch past 2^63 bytes" -- "$celtune" tune --device cpu --family ce --mode fwd --shape 8,0,64 \
+  --db "$tmp/scratch.sqlite" --max-scratch 17179869185GiB
+contains err "out of range" "the size is refused as out of range"
 expect 2 "negative softcap" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -3
 expect 2 "unknown dtype" -- "$celtune" validate --device cpu --shape 4,8,100 --dtype fp8
 expect 2 "unknown reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp32
@@ -152,6 +165,7 @@ expect 0 "db export merged" -- "$celtune" db --db "$tmp/m.sqlite" export
 contains out '"block_size":1024' "merge kept the faster config"
 expect 2 "malformed import line" -- "$celtune" db --db "$tmp/a.sqlite" import <(echo '{"record":"best"}')
 expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
+expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o ''
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best configs" "a failed import lost nothing"
 
@@ -221,7 +235,7 @@ expect 2 "--db twice, different files" -- "$celtune" db --db "$tmp/a.sqlite" lis
 
 # Write errors reach the exit code (a full disk).
 if [ -w /dev/full ]; then
-  for cmd in "db --db $tmp/a.sqlite export" "db --db $tmp/a.sqlite list" \
+  for cmd in "--help" "--version" "tune --help" "db --db $tmp/a.sqlite export" "db --db $tmp/a.sqlite list" \
              "lookup --device cpu --shape 48,16,700 --db $tmp/t.sqlite" "validate --device cpu --shape 4,8,100 --json"; do
     # shellcheck disable=SC2086
     expect 3 "$cmd > /dev/full" -- bash -c "\"\$0\" $cmd >/dev/full" "$celtune"
@@ -291,6 +305,11 @@ expect 0 "lookup finds the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="
   --shape 8,16,200 --mode fwd --label-smoothing 0.1 --z-loss 1e-4
 contains out "exact" "lookup reads the user's database by default"
 contains out "$tmp/xdg/celtune/celtune.sqlite" "lookup names the database the entry came from"
+# CELTUNE_DB as a bare file name: relative to the working directory, no folder
+# to make (create_directories("") once threw an internal error).
+expect 0 "tune into CELTUNE_DB=name.sqlite" -- bash -c 'c=$(realpath "$0") && cd "$1" && CELTUNE_DB=rel.sqlite "$c" tune --device cpu \
+  --shape 8,16,200 --mode fwd --min-runs 3 --max-runs 3' "$celtune" "$tmp"
+test -s "$tmp/rel.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: CELTUNE_DB=rel.sqlite not written"; }
 
 # bench on the CPU says what it cannot do instead of printing zeros.
 expect 0 "bench on the cpu" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20

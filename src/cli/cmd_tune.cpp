@@ -45,6 +45,9 @@ size_t parse_size(const std::string& s) {
   else if (unit == "MiB" || unit == "M") m = 1024.0 * 1024;
   else if (unit == "GiB" || unit == "G") m = 1024.0 * 1024 * 1024;
   else fail_usage("unknown size unit '" + unit + "' in '" + s + "' (B, KiB, MiB, GiB)");
+  // Past 2^63 the conversion to size_t is undefined (it came out as a small
+  // limit, so tuning failed for want of configs instead of refusing the flag).
+  if (!(v * m < 0x1p63)) fail_usage("size '" + s + "' is out of range (at most 8 EiB)");
   return static_cast<size_t>(v * m);
 }
 
@@ -136,7 +139,16 @@ Action register_tune(CLI::App& app) {
       devices.push_back(a->device);
     }
     const std::string db_path = a->db.empty() ? default_db_path() : a->db;
-    if (a->db.empty()) std::filesystem::create_directories(std::filesystem::path(db_path).parent_path());
+    // Only the per-user default's folder is made on first use. A path the user
+    // named ($CELTUNE_DB as much as --db) must already have its folder; a bare
+    // file name has none to make (create_directories("") threw).
+    const char* env_db = std::getenv("CELTUNE_DB");
+    if (a->db.empty() && !(env_db && *env_db)) {
+      const auto parent = std::filesystem::path(db_path).parent_path();
+      std::error_code ec;
+      if (!parent.empty() && !std::filesystem::create_directories(parent, ec) && ec)
+        fail_env("cannot create the database folder " + parent.string() + ": " + ec.message());
+    }
     { db::Store check(db_path, db::Access::read_write); }  // fail early (exit 3) on an unusable database
 
     std::vector<std::unique_ptr<Backend>> backends;

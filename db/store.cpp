@@ -497,9 +497,35 @@ void check_stats(const Stats& t) {
                ", " + format_double(t.p80_ms) + ")");
   if (t.samples < 1) fail_usage("samples must be ≥ 1, got " + std::to_string(t.samples));
 }
+
+// Who measured and when: a kernel hash is what kernel_hash.py prints (lowercase
+// hex; tests use short ones), a device name is printable text, a time is UTC ISO
+// 8601 as utc_now_iso8601() writes it. An empty or 100 000-character hash, a
+// name with escape sequences (printed raw by `db list`), "yesterday" were all
+// accepted.
+void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const std::string& created_at) {
+  const bool hash_ok = !kernel_hash.empty() && kernel_hash.size() <= 64 &&
+                       std::all_of(kernel_hash.begin(), kernel_hash.end(),
+                                   [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'); });
+  if (!hash_ok) fail_usage("kernel_hash must be 1 to 64 lowercase letters and digits, got '" + kernel_hash.substr(0, 80) + "'");
+  const bool name_ok = !d.name.empty() && d.name.size() <= 256 &&
+                       std::none_of(d.name.begin(), d.name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (!name_ok) fail_usage("device name must be 1 to 256 characters without control characters");
+  const std::string& t = created_at;
+  auto digits = [&](size_t at, size_t n) {
+    for (size_t i = at; i < at + n; ++i)
+      if (i >= t.size() || t[i] < '0' || t[i] > '9') return false;
+    return true;
+  };
+  const bool time_ok = t.size() == 20 && digits(0, 4) && t[4] == '-' && digits(5, 2) && t[7] == '-' && digits(8, 2) &&
+                       t[10] == 'T' && digits(11, 2) && t[13] == ':' && digits(14, 2) && t[16] == ':' &&
+                       digits(17, 2) && t[19] == 'Z';
+  if (!time_ok) fail_usage("created_at must be UTC ISO 8601 (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
+}
 }  // namespace
 
 void check_record(const BestEntry& b) {
+  check_identity(b.device, b.kernel_hash, b.created_at);
   b.problem.validate();
   validate_config(b.problem, b.config);
   check_stats(b.stats);
@@ -507,6 +533,7 @@ void check_record(const BestEntry& b) {
 }
 
 void check_record(const Measurement& m) {
+  check_identity(m.device, m.kernel_hash, m.created_at);
   m.problem.validate();
   if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
   if (m.status == "ok") {
@@ -554,6 +581,14 @@ ImportCounts merge_into(Store& into, const Store& from) {
   ImportCounts n;
   const auto meas = from.measurements();
   const auto best = from.best_entries();
+  // The rows import would refuse are refused here too (a damaged row with a
+  // median of −1 ms won every merge), before anything is written.
+  try {
+    for (const auto& m : meas) check_record(m);
+    for (const auto& b : best) check_record(b);
+  } catch (const Error& e) {
+    fail_env(std::string("a database to merge holds a damaged row: ") + e.what() + "; nothing was merged");
+  }
   into.write([&] {
     for (const auto& m : meas) into.record(m), ++n.measurements;
     for (const auto& b : best) n.best_kept += into.offer_best(b), ++n.best_offered;

@@ -246,7 +246,9 @@ fi
 # kernels refuse, an unknown family; the whole file is refused, naming the line.
 cp "$tmp/b.sqlite" "$tmp/b.keep"
 for bad in 's/"median_ms":10.5/"median_ms":-1/' 's/"median_ms":10.5/"median_ms":0/' 's/"p20_ms":10.4/"p20_ms":11/' \
-           's/"block_size":2048/"block_size":48/' 's/"family":"flce"/"family":"xce"/' 's/"samples":40/"samples":0/'; do
+           's/"block_size":2048/"block_size":48/' 's/"family":"flce"/"family":"xce"/' 's/"samples":40/"samples":0/' \
+           's/"kernel_hash":"abc"/"kernel_hash":""/' 's/"kernel_hash":"abc"/"kernel_hash":"ZZ-1"/' \
+           's/"created_at":"[^"]*"/"created_at":"yesterday"/' 's/"name":"GTX fictional"/"name":"GTX\\u001b[31m"/'; do
   { cat "$tmp/faster.jsonl"; sed "$bad" "$tmp/in.jsonl"; } >"$tmp/bad.jsonl"
   expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp/bad.jsonl"
   contains err "line 2" "the refusal names the line ($bad)"
@@ -262,6 +264,14 @@ expect 3 "merge with a junk input into an existing OUT" -- "$celtune" db merge "
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge changed OUT"; }
 expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/junk.copy" -o "$tmp/new-m.sqlite"
 [ -z "$(ls "$tmp" | grep '^new-m')" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge left a new OUT"; }
+# A database whose row import would refuse (a median of −1 ms once won the merge).
+cp "$tmp/b.sqlite" "$tmp/damaged.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET median_ms = -1"); c.commit()' \
+  "$tmp/damaged.sqlite"
+expect 3 "merge refuses a damaged row" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/damaged.sqlite" -o "$tmp/m.sqlite"
+contains err "nothing was merged" "the refusal says nothing was merged"
+[ "$("$celtune" db --db "$tmp/m.sqlite" export | md5sum)" = "$("$celtune" db --db "$tmp/m.keep" export | md5sum)" ] \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused merge changed OUT"; }
 
 # report: an output path that is a file, an unknown --problem.
 expect 3 "report -o a file" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/precious"

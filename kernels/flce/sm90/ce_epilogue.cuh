@@ -1,137 +1,235 @@
-// The CE statistics as a CUTLASS 3 epilogue visitor tree (EVT), on stock nodes.
+// The CE statistics in the logits GEMM's epilogue: a collective epilogue written
+// on CuTe, run by CUTLASS's warp-specialised persistent kernels through their
+// adapter for operator-style epilogues (Sm90TmaWarpSpecializedAdapter).
 //
-// Per output element the tree computes ẑ = softcap(round(acc) + b) and feeds two
-// column reductions (CUTLASS's Sm90ColReduction reduces along N, one value per
-// row of the tile) in their non-final form, which writes one partial per row and
-// BLOCK_N columns to [tiles_n][rows_pad] without atomics:
-//   - the online-softmax pair (m, d) = (max ẑ, Σ exp(ẑ − m)) (flce-math.md step 3),
-//     as a custom element type LsePair with its ⊕ as the reduction;
-//   - Σ ẑ for label smoothing (a plain sum; a null pointer turns it off at run time).
-// The root returns round(acc), so the variant that stores the tile writes the raw
-// logits in the input dtype, exactly what the cuBLASLt path writes; the dZ kernel
-// applies bias and softcap itself. Rounding before the statistics makes the LSE
-// that of the stored logits, so p = exp(ẑ − L) sums to one over what dZ reads.
+// Per output tile, straight from the accumulator registers:
+//   z = round(acc) to the input dtype   (stored to the tile when StoreTile: the
+//                                        same raw logits the cuBLASLt path writes)
+//   ẑ = softcap(z + b)                   (flce-math.md step 2)
+//   per row, over the tile's BLOCK_N columns: m = max ẑ, d = Σ exp(ẑ − m), and
+//   Σẑ when label smoothing needs it (steps 3–4), written as one partial per row
+//   and tile to [tiles_n][rows_pad], no atomics; merge_stats (stats.cu) folds them.
+// Rounding before the statistics makes the LSE that of the stored logits, so
+// p = exp(ẑ − L) sums to one over what the dZ kernel reads.
 //
-// Only this file knows CUTLASS's visitor interface: a CUTLASS upgrade touches it.
+// Why by hand and not as an epilogue visitor tree: the tree built from stock
+// nodes (a column reduction over a custom (m, d) element, a row broadcast for the
+// bias) made the GEMM 1.5× slower than the same GEMM without it; ncu put the top
+// stall on instruction-cache misses and divergence in the epilogue. Here the
+// whole tile is reduced in registers: on Hopper's GMMA accumulator layout each
+// row of a warp group's tile lives in the four lanes of one quad, so a row's
+// statistics need two shuffles and no shared memory.
+//
+// Only this file knows CUTLASS's epilogue interface: a CUTLASS upgrade touches it.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
-#include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
-#include "cutlass/epilogue/thread/activation.h"
-#include "cutlass/functional.h"
-#include "cutlass/numeric_conversion.h"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/detail.hpp"
 #include "kernels/flce/sm90/fused.hpp"
 
 namespace celtune::cuda::sm90 {
 
-// A finished pair element built from one logit: (ẑ, 1). The reductions start from
-// the identity (−inf, 0), set in the arguments.
-struct LseElem : LsePair {
-  LseElem() = default;
-  CUTLASS_HOST_DEVICE explicit LseElem(float z) : LsePair{z, 1.0f} {}
-  CUTLASS_HOST_DEVICE LseElem(float m_, float d_) : LsePair{m_, d_} {}
-};
-static_assert(sizeof(LseElem) == 8, "shuffled as one 64-bit word by Sm90ColReduction");
-
-// (m1,d1) ⊕ (m2,d2) with one exp: the larger max keeps its sum, the other is
-// rescaled. An empty side (d = 0: one real logit gives d ≥ 1) is skipped, so two
-// empty sides stay empty instead of giving exp(−inf + inf) = NaN. A NaN logit
-// (NaN, 1) never compares greater, so it reaches d through the exp, and a row
-// whose d is NaN stays NaN through every later merge: NaN in, NaN loss out.
-CUTLASS_DEVICE LseElem lse_merge(LseElem a, LseElem b) {
-  if (b.d == 0.0f) return a;
-  if (b.m > a.m) return LseElem(b.m, a.d * __expf(a.m - b.m) + b.d);
-  return LseElem(a.m, a.d + b.d * __expf(b.m - a.m));
+// A GMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) seen as (rows, cols):
+// the middle 2 is the row pair (r, r + 8), the first 2 adjacent columns.
+template <class Layout>
+CUTE_HOST_DEVICE constexpr auto rowcol(Layout l) {
+  using namespace cute;
+  static_assert(decltype(rank<0>(l))::value == 3, "a Hopper GMMA accumulator layout");
+  static_assert(decltype(size<0, 0>(l))::value == 2 && decltype(size<0, 1>(l))::value == 2, "GMMA C fragment");
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
 }
 
-// Sm90ColReduction asks for the reduction as a template over the element type:
-// used on LseElem in registers and on one-element arrays in shuffles and smem.
-template <class T>
-struct LseMerge;
-template <>
-struct LseMerge<LseElem> {
-  CUTLASS_DEVICE LseElem operator()(LseElem a, LseElem b) const { return lse_merge(a, b); }
-};
-template <int N>
-struct LseMerge<cutlass::Array<LseElem, N>> {
-  CUTLASS_DEVICE cutlass::Array<LseElem, N> operator()(cutlass::Array<LseElem, N> const& a,
-                                                            cutlass::Array<LseElem, N> const& b) const {
-    cutlass::Array<LseElem, N> out;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = lse_merge(a[i], b[i]);
-    return out;
-  }
-};
+// 2^x on the special-function unit (ex2.approx: 2 ulp, flushes denormal results
+// to zero, which an exponential's sum never misses). exp2f without fast-math
+// wraps the same instruction in range checks: in an epilogue that runs it for
+// every logit, those instructions are the cost.
+CUTLASS_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+CUTLASS_DEVICE float exp_fast(float x) { return exp2_approx(x * 1.4426950408889634f); }
 
-// ẑ = softcap(z + b), z already rounded to the input dtype (flce-math.md step 2).
-struct CeLogitArgs {
-  float softcap = 0.0f;  // 0: off
-};
-template <class T>
-struct CeLogit {
-  using Arguments = CeLogitArgs;
-  CUTLASS_HOST_DEVICE T operator()(T z, T b, Arguments const& a) const {
-    T out;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < int(out.size()); ++i) {
-      const float v = z[i] + b[i];
-      out[i] = a.softcap > 0.0f ? a.softcap * tanhf(v / a.softcap) : v;
-    }
-    return out;
-  }
-};
+// s·tanh(x/s) given 1/s, with one exp2 and one reciprocal: tanh|t| = (1 − e)/(1 + e),
+// e = exp(−2|t|) ∈ (0, 1], so nothing overflows. Absolute error ≈ 1e-7·s, the
+// order of the fp32 tanhf the CE kernels use (a few ulp of ẑ, far under a 16-bit
+// input's rounding); NaN stays NaN and ±inf gives ±s, as tanhf does. (An IEEE
+// division and exp2f here made Gemma-2-2B's forward 1.27× its GEMM on the H100.)
+CUTLASS_DEVICE float softcap_fast(float x, float s, float inv_s) {
+  const float t = x * inv_s;
+  const float e = exp2_approx(-2.8853900817779268f * fabsf(t));  // 2·log2(e)
+  return copysignf(s * __fdividef(1.0f - e, 1.0f + e), t);
+}
 
-// The root's combiner: pass the first input (the rounded logits) through; the
-// second input is the reductions' subtree, evaluated for its side effects.
-template <class T>
-struct TakeFirst {
-  CUTLASS_HOST_DEVICE T operator()(T a, T) const { return a; }
-};
-
-namespace fusion = cutlass::epilogue::fusion;
-
-template <class Element, class CtaTile, bool StoreTile>
-struct CeStatsTree {
-  static constexpr auto RN = cutlass::FloatRoundStyle::round_to_nearest;
-  using Rounded = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, Element, float, RN>,
-                                  fusion::Sm90AccFetch>;
-  using Bias = fusion::Sm90RowBroadcast<0, CtaTile, Element, float, cute::Stride<cute::_0, cute::_1, int64_t>>;
-  using Logit = fusion::Sm90EVT<fusion::Sm90Compute<CeLogit, float, float, RN>, Rounded, Bias>;
-  using Lse = fusion::Sm90EVT<fusion::Sm90ColReduction<LseMerge, LseMerge, LseMerge, 0, CtaTile, LseElem, LseElem, RN,
-                                                       cute::Stride<cute::_1, cute::_0, int64_t>, 2, true, false>,
-                              Logit>;
-  using SumZNode = fusion::Sm90ColReduction<cutlass::plus, cutlass::plus, cutlass::plus, 0, CtaTile, float, float, RN,
-                                            cute::Stride<cute::_1, cute::_0, int64_t>, 4, true, false>;
-  // The statistics-only kernel stores no D (ElementD void). CUTLASS's epilogue
-  // then sizes its staging from the tree's auxiliary output type, which a tree
-  // of reductions does not have: name the input dtype (nothing is staged).
-  struct SumZNodeAux : SumZNode {
-    using SumZNode::SumZNode;
-    using ElementAux = Element;
+// The tile is stored straight from registers, two elements a store. Staging it in
+// shared memory for coalesced 16-byte stores measured slower (Gemma-2-2B 9%, H100):
+// the stage's 66 KB cost the mainloop one of its four pipeline stages.
+template <class Element, bool StoreTile>
+class CeStatsEpilogue {
+ public:
+  using ElementC = Element;  // no source is read; named for the kernel's type aliases
+  using ElementD = Element;
+  using ElementAccumulator = float;
+  using StrideC = cute::Stride<int64_t, cute::_1, int64_t>;
+  using StrideD = StrideC;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  struct ThreadEpilogueOp {  // read by GemmUniversalAdapter's type reflection only
+    using ElementAccumulator = float;
+    using ElementCompute = float;
+    using ElementOutput = Element;
+    using ElementD = Element;
   };
-  using SumZ = fusion::Sm90EVT<cute::conditional_t<StoreTile, SumZNode, SumZNodeAux>, Lse>;
-  using Root = cute::conditional_t<StoreTile, fusion::Sm90EVT<fusion::Sm90Compute<TakeFirst, Element, float, RN>, Rounded, SumZ>,
-                                   SumZ>;
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
 
-  // Arguments mirror the tree: each node's children first, then its own.
-  static auto rounded_args() { return typename Rounded::Arguments{{}, {}}; }
-  static auto sumz_args(const LogitsArgs& a) {
-    typename Logit::Arguments logit{rounded_args(),
-                                    {static_cast<const Element*>(a.bias), Element(0), {cute::_0{}, cute::_1{}, 0}},
-                                    CeLogitArgs{a.softcap}};
-    typename Lse::Arguments lse{logit, {a.lse_partials, LseElem(-INFINITY, 0.0f), {}}};
-    return typename SumZ::Arguments{lse, {a.sumz_partials, 0.0f, {}}};
+  struct Arguments {
+    Element* tile = nullptr;  // [rows, ld_tile], or null when not StoreTile
+    int64_t ld_tile = 0;
+    const Element* bias = nullptr;  // [cols] or null
+    float softcap = 0.0f;           // 0: off
+    LsePair* lse_partials = nullptr;
+    float* sumz_partials = nullptr;  // null: no label smoothing
+    int64_t rows_pad = 0;            // rows rounded up to BLOCK_M: the partials' row stride
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& a, void*) {
+    return a;
   }
-  static typename Root::Arguments args(const LogitsArgs& a) {
-    if constexpr (StoreTile)
-      return {rounded_args(), sumz_args(a), {}};
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const& a) {
+    return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr);
+  }
+
+  CUTLASS_HOST_DEVICE explicit CeStatsEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem, BlockShapeMNK, BlockCoordMNKL blk_coord,
+                                 cute::Tensor<FrgEngine, FrgLayout> const& accumulators, TiledMma tiled_mma, ResidueMNK,
+                                 int thread_idx, char*) {
+    using namespace cute;
+    constexpr int kBM = size<0>(BlockShapeMNK{}), kBN = size<1>(BlockShapeMNK{});
+    // Each row's BLOCK_N columns must sit in one warp group's quad: warp groups
+    // tile M only (the cooperative and ping-pong schedules' layouts).
+    static_assert(decltype(size<2>(typename TiledMma::ThrLayoutVMNK{}))::value == 1,
+                  "warp groups must not split a tile's columns");
+    const int64_t m_tile = get<0>(blk_coord), n_tile = get<1>(blk_coord);
+    const int64_t m0 = m_tile * kBM, n0 = n_tile * kBN;
+    const int valid_m = static_cast<int>(cute::min(int64_t{kBM}, int64_t(get<0>(problem)) - m0));
+    const int valid_n = static_cast<int>(cute::min(int64_t{kBN}, int64_t(get<1>(problem)) - n0));
+    if (valid_m <= 0 || valid_n <= 0) return;
+
+    Tensor cD = make_identity_tensor(make_shape(Int<kBM>{}, Int<kBN>{}));
+    Tensor tCcD = tiled_mma.get_thread_slice(thread_idx).partition_C(cD);
+    Tensor acc = make_tensor(accumulators.data(), rowcol(accumulators.layout()));
+    Tensor crd = make_tensor(tCcD.data(), rowcol(tCcD.layout()));
+    constexpr int kR = decltype(size<0>(acc))::value, kC = decltype(size<1>(acc))::value;
+    static_assert(kC % 2 == 0, "columns come in adjacent pairs");
+
+    float zh[kR][kC];  // ẑ, or −inf past the vocabulary's end
+    float mx[kR], sum[kR], sz[kR];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) mx[r] = -INFINITY, sum[r] = 0.0f, sz[r] = 0.0f;
+    const bool smoothing = params.sumz_partials != nullptr;
+    const float inv_cap = params.softcap > 0.0f ? 1.0f / params.softcap : 0.0f;
+
+    // Pass 1: round, store, bias, softcap, row max (and Σẑ). The softcap branch is
+    // taken once per tile: each side is one straight run of code.
+    auto logits = [&](auto capped) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kC; c += 2) {
+        const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
+        const bool ok0 = col < valid_n, ok1 = col + 1 < valid_n;
+        float b0 = 0.0f, b1 = 0.0f;
+        if (params.bias) {
+          if (ok0) b0 = static_cast<float>(params.bias[n0 + col]);
+          if (ok1) b1 = static_cast<float>(params.bias[n0 + col + 1]);
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kR; ++r) {
+          const Element q0(acc(r, c)), q1(acc(r, c + 1));
+          if constexpr (StoreTile) {
+            const int row = get<0>(crd(r, c));
+            if (row < valid_m && ok0) {
+              Element* at = params.tile + (m0 + row) * params.ld_tile + n0 + col;
+              if (ok1)
+                *reinterpret_cast<uint32_t*>(at) = uint32_t(q0.raw()) | (uint32_t(q1.raw()) << 16);
+              else
+                *at = q0;
+            }
+          }
+          float x0 = static_cast<float>(q0) + b0, x1 = static_cast<float>(q1) + b1;
+          if constexpr (decltype(capped)::value) {
+            x0 = softcap_fast(x0, params.softcap, inv_cap);
+            x1 = softcap_fast(x1, params.softcap, inv_cap);
+          }
+          zh[r][c] = ok0 ? x0 : -INFINITY;
+          zh[r][c + 1] = ok1 ? x1 : -INFINITY;
+          mx[r] = fmaxf(mx[r], fmaxf(zh[r][c], zh[r][c + 1]));  // fmaxf drops NaN; the sum below carries it
+          if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
+        }
+      }
+    };
+    if (params.softcap > 0.0f)
+      logits(cute::true_type{});
     else
-      return sumz_args(a);
+      logits(cute::false_type{});
+
+    // The quad that shares a row holds all of its BLOCK_N columns.
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    // Pass 2: Σ exp(ẑ − m). Masked columns give exp(−inf) = 0; a NaN logit (or a
+    // row of them, m = −inf) makes the sum NaN, and the loss with it.
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kC; ++c) sum[r] += exp_fast(zh[r][c] - mx[r]);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      if (smoothing) {
+        sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 1);
+        sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 2);
+      }
+    }
+    if (thread_idx % 4 != 0) return;  // one lane of the quad writes the row's partial
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      const int row = get<0>(crd(r, 0));
+      if (row >= valid_m) continue;
+      const int64_t at = n_tile * params.rows_pad + m0 + row;
+      params.lse_partials[at] = LsePair{mx[r], sum[r]};
+      if (smoothing) params.sumz_partials[at] = sz[r];
+    }
   }
+
+ private:
+  Params params;
 };
+
+// The kernel-facing form: the adapter gives it the TMA epilogue's interface
+// (no loads, no store pipeline) and calls operator() once per output tile.
+template <class Element, bool StoreTile>
+using CeEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<CeStatsEpilogue<Element, StoreTile>>;
 
 }  // namespace celtune::cuda::sm90
-
-// The generic converter static_casts; LseElem's explicit constructor from a logit
-// is that cast, so no specialisation of NumericConverter is needed.

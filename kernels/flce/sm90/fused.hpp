@@ -3,11 +3,13 @@
 // flce.cu, the search space and the tests never include CUTLASS.
 //
 // Two GEMM roles run on CUTLASS; the dX GEMM stays on cuBLASLt (one output per
-// row chunk, nothing to accumulate in the one-pass schedule):
+// row chunk, nothing to accumulate in the one-pass schedule), and dW may too
+// (dw_kernel "cublaslt", variants.hpp):
 //   logits + CE statistics: tile[rows, cols] = X·Wᵀ, and per row and BLOCK_N
 //     columns the online-softmax pair (max, Σexp) of ẑ = softcap(round(z) + b),
-//     and Σẑ when label smoothing needs it (epilogue visitor tree in
-//     ce_epilogue.cuh). The tile store is optional: forward only writes none.
+//     and Σẑ when label smoothing needs it (a hand-written collective epilogue,
+//     ce_epilogue.cuh, reducing each tile in registers). The tile store is
+//     optional: forward only writes none.
 //   dW: dW[cols, H] = dZᵀ·X + beta·dW, in place, persistent, the dZ slab
 //     multicast within a cluster (the read-modify-write of dW across row chunks
 //     and the slab reads bound it at small row chunks).

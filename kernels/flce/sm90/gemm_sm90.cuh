@@ -120,19 +120,16 @@ struct Persistent {
 };
 
 // logits + CE statistics. A = X [rows, H] row-major (K-major), B = W [cols, H]
-// (K-major), D = tile [rows, ld] row-major, or none.
+// (K-major), the tile [rows, ld] row-major or none; the epilogue is CeEpilogue
+// (ce_epilogue.cuh), which needs no shared memory: every stage goes to the mainloop.
 template <class T, class V, bool StoreTile>
 struct LogitsGemm {
   using E = typename CutlassType<T>::type;
-  using Tree = CeStatsTree<E, typename V::Tile, StoreTile>;
-  using ElementD = cute::conditional_t<StoreTile, E, void>;
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename V::Tile, typename V::Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8, ElementD,
-      cutlass::layout::RowMajor, 8, typename V::Epilogue, typename Tree::Root>::CollectiveOp;
+  using CollectiveEpilogue = CeEpilogue<E, StoreTile>;
   using Built = Persistent<E, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, V, CollectiveEpilogue>;
   using Kernel = typename Built::Kernel;
   using Gemm = typename Built::Gemm;
+  static constexpr int kBlockM = cute::size<0>(typename V::Tile{});
 
   static void run(const LogitsArgs& a, const Workspace& ws, cudaStream_t st) {
     typename Gemm::Arguments args{};
@@ -142,11 +139,13 @@ struct LogitsGemm {
     args.mainloop.dA = leading<typename Kernel::StrideA>(a.hidden);
     args.mainloop.ptr_B = static_cast<const E*>(a.w);
     args.mainloop.dB = leading<typename Kernel::StrideB>(a.hidden);
-    args.epilogue.thread = Tree::args(a);
-    if constexpr (StoreTile) {
-      args.epilogue.ptr_D = static_cast<E*>(a.tile);
-      args.epilogue.dD = leading<typename Kernel::StrideD>(a.ld_tile);
-    }
+    args.epilogue.tile = static_cast<E*>(a.tile);
+    args.epilogue.ld_tile = a.ld_tile;
+    args.epilogue.bias = static_cast<const E*>(a.bias);
+    args.epilogue.softcap = a.softcap;
+    args.epilogue.lse_partials = a.lse_partials;
+    args.epilogue.sumz_partials = a.sumz_partials;
+    args.epilogue.rows_pad = (a.rows + kBlockM - 1) / kBlockM * kBlockM;  // = sm90_partial_rows
     args.hw_info.sm_count = sm_count_of_current_device();
     // Along M: the CTAs that run together share one W tile (the large operand)
     // and the row chunk's X stays in L2 (on the H100, along N was 16% slower).

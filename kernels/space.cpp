@@ -12,6 +12,14 @@ KernelConfig SearchSpace::at(const std::vector<size_t>& index) const {
 
 SearchSpace space_for(const Problem& p) { return p.family == Family::ce ? ce_space(p) : flce_space(p); }
 
+KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs) {
+  if (p.family == Family::flce && p.mode == Mode::forward && p.dtype != DType::fp32 && runs) {
+    const KernelConfig f = flce_fused_forward(p);
+    if (runs(f)) return f;
+  }
+  return default_config(p);
+}
+
 std::vector<Candidate> enumerate(const SearchSpace& s, const Problem& p, const SpaceLimits& limits,
                                  size_t* rejected) {
   std::vector<Candidate> out;

@@ -31,6 +31,11 @@ struct SearchSpace {
   std::vector<SpaceParam> params;
   // Family-specific constraints beyond the backend's (e.g. block_size ≤ v_chunk).
   std::function<bool(const Problem&, const KernelConfig&, std::string*)> constraint;
+  // Configs guided search measures right after its start (the built-in
+  // default), where they are in the grid: points that single-parameter moves
+  // from the default would reach only late in a small budget, such as the other
+  // implementation's counterpart of the default.
+  std::vector<KernelConfig> seeds;
 
   // Builds the config at grid point `index` (one value index per parameter).
   KernelConfig at(const std::vector<size_t>& index) const;
@@ -41,6 +46,17 @@ struct Candidate {
   std::vector<size_t> index;
   KernelConfig config;
 };
+
+// Forward flce's fused statistics GEMM (impl fused, no tile) with row chunks
+// whose X stays in L2 (flce/space.cpp says why); a seed of the flce space.
+KernelConfig flce_fused_forward(const Problem& p);
+
+// The built-in default on a device: default_config(p), except where the fused
+// path measured faster everywhere and the device runs it (`runs`): forward flce
+// in 16-bit takes flce_fused_forward (Llama-3-8B N=4096 on the H100: 1.02× one
+// GEMM against 1.14× for the cuBLASLt default; Gemma-2-2B, GPT-2 likewise ahead).
+// The runtime, bench and tune all start from this.
+KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs);
 
 SearchSpace ce_space(const Problem& p);
 SearchSpace flce_space(const Problem& p);

@@ -115,20 +115,26 @@ for s in $steps; do
       # each table has its own floor: Llama-3-8B fwdbwd within 256 and 512 MiB,
       # forward, Gemma-2-2B (softcap 30), and GPT-2's odd vocabulary.
       fw='"impl":"fused","block_size":2048,"threads":256'
+      # Fused row chunks are whole 256-row clusters of the logits GEMM (768
+      # within 256 MiB, 1536 within 512); dW on CUTLASS or cuBLASLt.
+      fc() { echo "{\"v_chunk\":0,\"row_chunk\":$1,\"dw_acc_fp32\":false,$fw${2:+,\"dw_kernel\":\"$2\"}}"; }
       for n in ${FUSED_TOKENS:-4096 8192}; do
         $B/celtune bench --shape $n,4096,128256 --no-ce --no-unfused \
-          --config "{\"v_chunk\":0,\"row_chunk\":896,\"dw_acc_fp32\":false,$fw}" \
-          --config "{\"v_chunk\":0,\"row_chunk\":2048,\"dw_acc_fp32\":false,$fw}" \
+          --config "$(fc 768)" --config "$(fc 768 cublaslt)" --config "$(fc 1536)" --config "$(fc 1536 cublaslt)" \
+          --config "$(fc 2048 cublaslt)" \
           --config "{\"v_chunk\":0,\"row_chunk\":896,\"dw_acc_fp32\":false,\"block_size\":2048,\"threads\":256}" \
           >"$OUT/fused_llama_$n.txt" 2>&1
         note "fused llama3-8b N=$n fwdbwd: exit $?"; cat "$OUT/fused_llama_$n.txt"
       done
-      $B/celtune bench --shape 4096,4096,128256 --mode fwd --no-ce --no-unfused \
-        --config "{\"impl\":\"fused\"}" --config '{"v_chunk":32768,"row_chunk":2048}' >"$OUT/fused_fwd.txt" 2>&1
-      note "fused llama3-8b fwd: exit $?"; cat "$OUT/fused_fwd.txt"
+      for shape in "--shape 4096,4096,128256" "--shape 16384,4096,128256" "--model gemma2-2b --tokens 4096" \
+                   "--shape 8192,768,50257"; do
+        $B/celtune bench $shape --mode fwd --no-ce --no-unfused --config "{\"impl\":\"fused\"}" --config '{}' \
+          >>"$OUT/fused_fwd.txt" 2>&1
+        note "fused fwd $shape: exit $?"
+      done
+      cat "$OUT/fused_fwd.txt"
       $B/celtune bench --model gemma2-2b --tokens 4096 --no-ce --no-unfused \
-        --config "{\"v_chunk\":0,\"row_chunk\":512,\"dw_acc_fp32\":false,$fw}" \
-        --config "{\"v_chunk\":0,\"row_chunk\":1024,\"dw_acc_fp32\":false,$fw}" \
+        --config "$(fc 512)" --config "$(fc 512 cublaslt)" --config "$(fc 1024)" --config "$(fc 1024 cublaslt)" \
         --config '{"v_chunk":0,"row_chunk":384,"dw_acc_fp32":false}' >"$OUT/fused_gemma.txt" 2>&1
       note "fused gemma2-2b: exit $?"; cat "$OUT/fused_gemma.txt"
       $B/celtune bench --shape 8192,768,50257 --no-ce \

@@ -23,7 +23,7 @@ namespace {
 // near-separable rest (chunk sizes set the GEMMs' efficiency, block_size and
 // threads the CE kernel's).
 void guided(const SearchSpace& space, const std::vector<Candidate>& cands, const EvalFn& eval, size_t budget,
-            size_t start, uint64_t seed) {
+            size_t start, uint64_t seed, const std::vector<size_t>& also) {
   std::map<std::vector<size_t>, size_t> at;
   for (size_t i = 0; i < cands.size(); ++i) at[cands[i].index] = i;
   std::map<size_t, double> seen;
@@ -33,11 +33,13 @@ void guided(const SearchSpace& space, const std::vector<Candidate>& cands, const
   };
   Rng rng(seed);
   evaluate(start);
+  for (size_t i : also)  // the space's seeds
+    if (i < cands.size() && seen.size() < budget) evaluate(i);
   std::vector<size_t> order(cands.size());
   std::iota(order.begin(), order.end(), 0);
   for (size_t i = order.size(); i > 1; --i)
     std::swap(order[i - 1], order[static_cast<size_t>(rng.below(static_cast<int64_t>(i)))]);
-  const size_t sample = std::max<size_t>(budget / 4, 1);
+  const size_t sample = std::max<size_t>(budget / 4, seen.size());
   for (size_t k = 0; k < order.size() && seen.size() < sample; ++k) evaluate(order[k]);
   std::vector<std::pair<double, size_t>> seeds;
   for (const auto& [i, t] : seen) seeds.push_back({t, i});
@@ -68,7 +70,7 @@ void guided(const SearchSpace& space, const std::vector<Candidate>& cands, const
 }  // namespace
 
 void run_strategy(Strategy s, const SearchSpace& space, const std::vector<Candidate>& cands, const EvalFn& eval,
-                  size_t budget, size_t start, uint64_t seed) {
+                  size_t budget, size_t start, uint64_t seed, const std::vector<size_t>& seeds) {
   if (cands.empty()) return;
   budget = std::min(budget, cands.size());
   switch (s) {
@@ -85,7 +87,7 @@ void run_strategy(Strategy s, const SearchSpace& space, const std::vector<Candid
       return;
     }
     case Strategy::guided:
-      guided(space, cands, eval, budget, std::min(start, cands.size() - 1), seed);
+      guided(space, cands, eval, budget, std::min(start, cands.size() - 1), seed, seeds);
       return;
   }
 }

@@ -19,8 +19,9 @@ using EvalFn = std::function<double(size_t)>;
 
 // Evaluates candidates in the strategy's order until it is done or `budget`
 // distinct candidates have been evaluated. `start` is where guided search begins
-// (the default config's candidate when it is in the space).
+// (the default config's candidate when it is in the space); guided measures the
+// candidates in `seeds` next (the space's seeds found in the grid), before its sample.
 void run_strategy(Strategy s, const SearchSpace& space, const std::vector<Candidate>& cands, const EvalFn& eval,
-                  size_t budget, size_t start, uint64_t seed);
+                  size_t budget, size_t start, uint64_t seed, const std::vector<size_t>& seeds = {});
 
 }  // namespace celtune

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/kernel_hash.hpp"
+#include "kernels/space.hpp"
 #include "model/error.hpp"
 #include "validate/validate.hpp"
 
@@ -122,11 +123,15 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   };
 
   // Guided search starts from the built-in default when it is in the space.
-  const KernelConfig def = default_config(p);
+  // The space's seeds are measured next, where they are in the grid.
+  const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
   size_t start = cands.size();
-  for (size_t i = 0; i < cands.size(); ++i)
+  std::vector<size_t> seeds;
+  for (size_t i = 0; i < cands.size(); ++i) {
     if (cands[i].config == def) start = i;
-  run_strategy(o.strategy, space, cands, eval, prog.total, start < cands.size() ? start : 0, o.seed);
+    if (std::find(space.seeds.begin(), space.seeds.end(), cands[i].config) != space.seeds.end()) seeds.push_back(i);
+  }
+  run_strategy(o.strategy, space, cands, eval, prog.total, start < cands.size() ? start : 0, o.seed, seeds);
   res.evaluated = seen.size();
 
   std::vector<std::pair<double, KernelConfig>> ranked;  // every config that passed, by median

@@ -32,7 +32,7 @@
 // and loss. Forward: one statistics-only GEMM over all of V per row chunk, no
 // tile at all. Forward+backward, one pass: the same GEMM also stores the tile,
 // then dZ (ce_grad: one read, one write), dX on cuBLASLt and dW on CUTLASS's
-// persistent GEMM, in place. Two passes: the statistics-only GEMM over
+// persistent GEMM, in place (or on cuBLASLt, as the config's dw_kernel says). Two passes: the statistics-only GEMM over
 // all of V gives the final LSE first, so pass 1 stores nothing; pass 2 as above.
 #include "flce.hpp"
 
@@ -73,13 +73,15 @@ int variant_index(const char* const* names, size_t count, const std::string& nam
 int logits_variant(const KernelConfig& c) {
   return variant_index(kSm90LogitsVariantNames, std::size(kSm90LogitsVariantNames), c.logits_kernel, "logits_kernel");
 }
+// −1: dW on cuBLASLt (kDwOnCublaslt).
 int dw_variant(const KernelConfig& c) {
+  if (c.dw_kernel == kDwOnCublaslt) return -1;
   return variant_index(kSm90DwVariantNames, std::size(kSm90DwVariantNames), c.dw_kernel, "dw_kernel");
 }
 
 struct Layout {
   int64_t N, H, V, rc, vc, ld_vc, row_chunks;
-  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused;
+  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass;
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
   // ce: each row split into ce_splits segments of vc columns, one block each;
   // forward+backward with fused holds the row on chip in a cluster of ce_splits
@@ -103,6 +105,7 @@ struct Layout {
     dw_acc = flce && bwd && row_chunks > 1 && lowp && c.dw_acc_fp32;
     db_acc = flce && bwd && p.bias;
     fused = flce && c.impl == KernelConfig::Impl::fused;
+    dw_cutlass = fused && dw_variant(c) >= 0;
     if (!flce) {
       ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
       ce_cluster = bwd && c.fused;
@@ -265,9 +268,10 @@ std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Proble
   const Layout L(p, c);
   std::vector<std::vector<std::string>> out;
   for (GemmRole r : {GemmRole::logits, GemmRole::dx, GemmRole::dw}) {
-    // Forward runs no gradient GEMMs; impl fused runs dW, and the one-pass logits,
-    // on CUTLASS.
-    const bool runs = r == GemmRole::logits ? !L.fused || (L.bwd && !L.one_pass) : L.bwd && (r == GemmRole::dx || !L.fused);
+    // Forward runs no gradient GEMMs; impl fused runs the one-pass logits, and dW
+    // unless its config names cuBLASLt for it, on CUTLASS.
+    const bool runs =
+        r == GemmRole::logits ? !L.fused || (L.bwd && !L.one_pass) : L.bwd && (r == GemmRole::dx || !L.dw_cutlass);
     if (!runs) {
       out.push_back({});
       continue;
@@ -367,7 +371,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     }
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
-      if (L.fused) {  // CUTLASS, persistent, in place; TMA takes any width
+      if (L.dw_cutlass) {  // CUTLASS, persistent, in place; TMA takes any width
         sm90::DwArgs g;
         g.rows = rows, g.cols = cols, g.hidden = H;
         g.dz = tile, g.ld_dz = L.ld_vc, g.x = at(a.x, r0 * H, bytes);

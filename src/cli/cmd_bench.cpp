@@ -23,6 +23,7 @@
 
 #include "commands.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/space.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
 #include "problem_args.hpp"
@@ -111,7 +112,8 @@ Action register_bench(CLI::App& app) {
       }
       std::vector<KernelConfig> configs;
       for (const auto& js : a->configs) configs.push_back(parse_config_json(js));
-      if (configs.empty()) configs.push_back(default_config(p0));
+      if (configs.empty())
+        configs.push_back(device_default(p0, [&](const KernelConfig& c) { return backend->supports(p0, c); }));
       if (p0.family == Family::flce) {
         for (const KernelConfig& c : configs) {
           if (c.v_chunk_for(p0) < p0.vocab && c.block_size > c.v_chunk_for(p0)) continue;

@@ -10,6 +10,7 @@
 
 #include "celtune/celtune.h"
 #include "db/paths.hpp"
+#include "kernels/space.hpp"
 #include "model/error.hpp"
 
 namespace celtune::runtime {
@@ -158,7 +159,9 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   }
   const std::string key = p.key();
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-  Resolved r{default_config(p), Source::default_config, std::nullopt, {}, {}, {}};
+  // The built-in default for this device (the fused forward where it runs).
+  auto runs = [this, &p](const KernelConfig& c) { return checks_.supports && checks_.supports(p, c).empty(); };
+  Resolved r{device_default(p, runs), Source::default_config, std::nullopt, {}, {}, {}};
   auto fits = [this](const db::BestEntry& e, db::Tier t, const Problem& q) { return this->fits(e, t, q); };
   for (Db& d : dbs_) {
     db::Store* store = open(d);

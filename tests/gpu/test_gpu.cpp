@@ -20,6 +20,7 @@
 #include <string>
 
 #include "kernels/backend.hpp"
+#include "kernels/flce/sm90/variants.hpp"
 #include "model/error.hpp"
 #include "validate/validate.hpp"
 
@@ -309,6 +310,11 @@ TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accum
         vc.spec.seed = next_seed();
         vc.name = "fused odd V";
         expect_pass(vc);
+        vc.config.dw_kernel = kDwOnCublaslt;  // dW on cuBLASLt beside the fused statistics
+        vc.spec.seed = next_seed();
+        vc.name = "fused odd V, dW on cuBLASLt";
+        expect_pass(vc);
+        vc.config.dw_kernel.clear();
         p.mode = Mode::forward;  // forward: the statistics GEMM alone, no tile
         vc.spec.seed = next_seed();
         expect_pass(vc);

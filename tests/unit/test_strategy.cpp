@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
+#include <algorithm>
 
 #include "kernels/flce/sm90/variants.hpp"
 #include "kernels/space.hpp"
@@ -92,8 +94,10 @@ TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where 
   // Every variant of both roles is reachable in forward+backward (row 0 unnamed).
   CHECK((count(p, [](const KernelConfig& c) { return !c.logits_kernel.empty(); }) > 0) ==
         (std::size(kSm90LogitsVariantNames) > 1));
-  CHECK((count(p, [](const KernelConfig& c) { return !c.dw_kernel.empty(); }) > 0) ==
+  CHECK((count(p, [](const KernelConfig& c) { return !c.dw_kernel.empty() && c.dw_kernel != kDwOnCublaslt; }) > 0) ==
         (std::size(kSm90DwVariantNames) > 1));
+  // ... and dW on cuBLASLt beside them.
+  CHECK(count(p, [](const KernelConfig& c) { return c.dw_kernel == kDwOnCublaslt; }) > 0);
   // Variant names never leak into cuBLASLt configs, nor the fold's row cache into fused.
   CHECK(count(p, [](const KernelConfig& c) {
           return c.impl != KernelConfig::Impl::fused && (!c.logits_kernel.empty() || !c.dw_kernel.empty());
@@ -109,6 +113,70 @@ TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where 
   // fp32 inputs run on cuBLASLt only.
   p.dtype = DType::fp32;
   CHECK(count(p, fused) == 0);
+}
+
+TEST_CASE("the flce space's seeds are grid points: the default and its fused counterparts, both modes") {
+  for (const auto& [h, v, cap] : {std::tuple{4096, 128256, 0.0}, std::tuple{2304, 256000, 30.0},
+                                  std::tuple{768, 50257, 0.0}})
+    for (Mode mode : {Mode::forward, Mode::forward_backward})
+      for (int64_t n : {int64_t{1024}, int64_t{4096}, int64_t{32768}}) {
+        Problem p;
+        p.family = Family::flce, p.tokens = n, p.hidden = h, p.vocab = v, p.loss.softcap = cap, p.mode = mode;
+        CAPTURE(p.key());
+        const SearchSpace s = flce_space(p);
+        const auto cands = enumerate(s, p, SpaceLimits{});
+        auto in_grid = [&](const KernelConfig& c) {
+          return std::any_of(cands.begin(), cands.end(), [&](const Candidate& k) { return k.config == c; });
+        };
+        // The default, its fused counterpart, and (forward+backward) that with dW on cuBLASLt.
+        REQUIRE(s.seeds.size() == (mode == Mode::forward ? 2u : 3u));
+        for (const KernelConfig& seed : s.seeds) {
+          CAPTURE(to_string(seed));
+          CHECK(in_grid(seed));
+        }
+        CHECK(s.seeds[0].impl == KernelConfig::Impl::cublaslt);
+        CHECK(s.seeds[1].impl == KernelConfig::Impl::fused);
+        if (mode == Mode::forward_backward) CHECK(s.seeds[2].dw_kernel == kDwOnCublaslt);
+        p.dtype = DType::fp32;  // no fused seed where fused cannot run
+        CHECK(flce_space(p).seeds.size() == 1);
+      }
+}
+
+TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward where the device runs it") {
+  Problem p;
+  p.family = Family::flce, p.tokens = 16384, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward;
+  auto yes = [](const KernelConfig&) { return true; };
+  auto no = [](const KernelConfig&) { return false; };
+  const KernelConfig f = device_default(p, yes);
+  CHECK(f.impl == KernelConfig::Impl::fused);
+  CHECK(f.row_chunk == 4096);  // 32 MiB of X a chunk: L2-resident on H100 and H200
+  CHECK(f.v_chunk == 0);
+  CHECK_NOTHROW(validate_config(p, f));
+  CHECK(device_default(p.with_tokens(4096), yes).row_chunk == 0);  // one chunk
+  p.hidden = 768;
+  CHECK(device_default(p, yes).row_chunk == 0);  // 21760 rows a chunk, more than N
+  p.hidden = 4096;
+  CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
+  p.mode = Mode::forward_backward;
+  CHECK(device_default(p, yes) == default_config(p));
+  p.mode = Mode::forward, p.dtype = DType::fp32;
+  CHECK(device_default(p, yes) == default_config(p));
+  p.dtype = DType::bf16, p.family = Family::ce, p.hidden = 0;
+  CHECK(device_default(p, yes) == default_config(p));
+}
+
+TEST_CASE("guided search measures the seeds right after its start") {
+  const SearchSpace s = space();
+  std::vector<Candidate> cands;
+  for (size_t a = 0; a < 6; ++a)
+    for (size_t b = 0; b < 6; ++b) cands.push_back({{a, b, 0}, KernelConfig{}});
+  std::vector<size_t> order;
+  run_strategy(Strategy::guided, s, cands, [&](size_t i) { order.push_back(i); return 1.0; }, 10, 3, 7, {30, 17});
+  REQUIRE(order.size() >= 3);
+  CHECK(order[0] == 3);
+  CHECK(order[1] == 30);
+  CHECK(order[2] == 17);
+  CHECK(order.size() <= 10);
 }
 
 TEST_CASE("the ce space splits rows into 2…64 segments, and fused rows into clusters of at most 8") {

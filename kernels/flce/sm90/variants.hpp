@@ -8,13 +8,22 @@
 // N (the vocabulary), so a 128×256 tile in the cooperative schedule with a 2×1
 // cluster (the W tile multicast to both CTAs) is close to the shape cuBLASLt
 // picks for it; a 128×128 ping-pong tile, which hides the statistics epilogue
-// behind the other warp group's mainloop, was 26% slower forward. dW accumulates
+// behind the other warp group's mainloop, was 26% slower forward (with the
+// epilogue of the time, a visitor tree; the hand-written one is written for the
+// cooperative schedule's shared stage, ce_epilogue.cuh). dW accumulates
 // in place across row chunks with K = rows: at 896 rows a 128×128 ping-pong tile
 // sat at 85% of L2 throughput, and a 256×128 cooperative tile whose 1×2 cluster
 // multicasts the dZ slab halves that traffic (27.1 against 28.4 ms per step).
 // One row each keeps the CI build to eight CUTLASS units (~1–2 minutes each).
 #define CELTUNE_SM90_LOGITS_VARIANTS(X) X(0, 128, 256, 64, 2, 1, false, "128x256x64_2x1x1_coop")
 #define CELTUNE_SM90_DW_VARIANTS(X) X(0, 256, 128, 64, 1, 2, false, "256x128x64_1x2x1_coop")
+
+// dW of impl fused may also run on cuBLASLt (its beta = 1 GEMM, as the cuBLASLt
+// path runs it): a config names it so in dw_kernel. On the H100 at 896-row chunks
+// of Llama-3-8B, cuBLASLt's 256x128 1x2 kernel took 1.34 ms a chunk against 1.55
+// for the CUTLASS row below, while at other shapes the CUTLASS one may win: the
+// tuner decides.
+inline constexpr const char* kDwOnCublaslt = "cublaslt";
 
 // The names alone, for code that must not depend on CUDA (the search space, the
 // config checks): the same rows, so a name here always has a kernel there.
@@ -26,6 +35,12 @@ inline constexpr const char* kSm90DwVariantNames[] = {CELTUNE_SM90_DW_VARIANTS(C
 #define CELTUNE_SM90_BLOCK_N(idx, bm, bn, bk, cm, cn, pp, name) bn,
 inline constexpr int kSm90LogitsBlockM[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_BLOCK_M)};
 inline constexpr int kSm90LogitsBlockN[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_BLOCK_N)};
+// Rows one cluster of the logits GEMM covers (BLOCK_M × cluster M): the
+// persistent scheduler hands out whole clusters, so a row chunk that is not a
+// multiple computes padding rows (896 rows ran as 1024 on the 2×1 cluster).
+#define CELTUNE_SM90_CLUSTER_ROWS(idx, bm, bn, bk, cm, cn, pp, name) bm * cm,
+inline constexpr int kSm90LogitsClusterRows[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_CLUSTER_ROWS)};
+#undef CELTUNE_SM90_CLUSTER_ROWS
 #undef CELTUNE_SM90_BLOCK_M
 #undef CELTUNE_SM90_BLOCK_N
 

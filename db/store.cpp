@@ -1,18 +1,22 @@
 #include "store.hpp"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <istream>
+#include <limits>
 #include <ostream>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -126,6 +130,26 @@ std::string file_uri(const std::string& path, const char* query) {
 }
 }  // namespace
 
+namespace {
+// A writer that SQLite lets open a file it cannot write falls back to reading,
+// and its WAL switch then leaves -wal and -shm files beside the database with
+// the database's read-only mode, which kept every later writer out even once
+// the database itself was writable again. Refuse before SQLite touches anything.
+void require_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool exists = fs::exists(path, ec);
+  if (exists && ::access(path.c_str(), W_OK) != 0)
+    fail_env("database " + path + " is not writable: " + std::strerror(errno) + "; nothing was changed");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  // The journal (-wal, or -journal in rollback mode) is created beside the file.
+  if (fs::exists(dir, ec) && ::access(dir.c_str(), W_OK) != 0)
+    fail_env("the folder of database " + path + " is not writable (SQLite keeps its journal there): " +
+             std::strerror(errno) + "; nothing was changed");
+}
+}  // namespace
+
 int busy_timeout_ms() {
   // One total wait for another writer's lock, per open and per write
   // transaction (documented as 10 s). A malformed value is the caller's mistake,
@@ -136,7 +160,8 @@ int busy_timeout_ms() {
   const char* end = e + std::strlen(e);
   auto r = std::from_chars(e, end, v);
   if (r.ec != std::errc() || r.ptr != end || v < 0)
-    fail_usage(std::string("CELTUNE_BUSY_TIMEOUT_MS='") + e + "': expected a whole number of milliseconds ≥ 0");
+    fail_usage(std::string("CELTUNE_BUSY_TIMEOUT_MS='") + e + "': expected a whole number of milliseconds from 0 to " +
+               std::to_string(std::numeric_limits<int>::max()));
   return v;
 }
 
@@ -148,6 +173,9 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
   if (!fec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
     fail_env("database " + path + " is not a regular file" +
              (std::filesystem::is_directory(st) ? " (it is a directory)" : ""));
+  if (fec && fec != std::errc::no_such_file_or_directory)
+    fail_env("cannot reach database " + path + ": " + fec.message());
+  if (access == Access::read_write) require_writable(path);
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   std::string name = path;
   if (access == Access::read_only) {
@@ -363,14 +391,21 @@ void Store::put_best(const BestEntry& b) {
   });
 }
 
-bool Store::offer_best(const BestEntry& b) {
+bool Store::offer_best(const BestEntry& b, const std::string& current_hash) {
   bool kept = false;
   write([&] {
     const int64_t d = device_id(b.device), p = problem_id(b.problem);
-    Stmt s(db_, path_, "SELECT median_ms FROM best WHERE device_id = ?1 AND problem_id = ?2");
+    Stmt s(db_, path_, "SELECT median_ms, kernel_hash FROM best WHERE device_id = ?1 AND problem_id = ?2");
     s.bind(1, d).bind(2, p);
-    // Ties keep what is stored, so merging a database with itself changes nothing.
-    kept = !s.step() || b.stats.median_ms < s.f64(0);
+    // A faster row from other kernels once displaced this build's row, and the
+    // runtime, which skips it, fell back to the default. Ties keep what is
+    // stored, so merging a database with itself changes nothing.
+    if (!s.step()) {
+      kept = true;
+    } else {
+      const bool ours = b.kernel_hash == current_hash, stored_ours = s.text(1) == current_hash;
+      kept = ours != stored_ours ? ours : b.stats.median_ms < s.f64(0);
+    }
     if (kept) put_best(b);
   });
   return kept;
@@ -384,11 +419,28 @@ constexpr const char* kBestSelect =
     "b.celtune_version, b.kernel_hash, b.cublaslt, b.created_at FROM best b JOIN devices d ON d.id = "
     "b.device_id JOIN problems p ON p.id = b.problem_id JOIN configs c ON c.id = b.config_id ";
 
-BestEntry read_best(const Stmt& s) {
+// A stored problem key or config that no longer parses (edited by hand, written
+// by a damaged disk) is a damaged database, exit 3 naming it, not a usage error.
+Problem stored_problem(const std::string& path, const std::string& key) {
+  try {
+    return Problem::from_key(key);
+  } catch (const Error& e) {
+    fail_env("database " + path + " holds a damaged problem key: " + e.what());
+  }
+}
+KernelConfig stored_config(const std::string& path, const std::string& json) {
+  try {
+    return parse_config_json(json);
+  } catch (const Error& e) {
+    fail_env("database " + path + " holds a damaged config: " + e.what());
+  }
+}
+
+BestEntry read_best(const Stmt& s, const std::string& path) {
   BestEntry b;
   b.device = read_device(s, 0);
-  b.problem = Problem::from_key(s.text(8));
-  b.config = parse_config_json(s.text(9));
+  b.problem = stored_problem(path, s.text(8));
+  b.config = stored_config(path, s.text(9));
   b.stats = read_stats(s, 10);
   b.default_ms = s.f64(15);
   b.speedup = s.f64(16);
@@ -404,7 +456,7 @@ std::vector<BestEntry> Store::best_entries() const {
   std::vector<BestEntry> out;
   Stmt s(db_, path_,
          (std::string("SELECT ") + kDeviceCols + kBestSelect + "ORDER BY d.name, d.arch, d.driver, d.id, p.key").c_str());
-  while (s.step()) out.push_back(read_best(s));
+  while (s.step()) out.push_back(read_best(s, path_));
   return out;
 }
 
@@ -417,7 +469,7 @@ std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
              .c_str());
   s.bind(1, std::string(to_string(p.family))).bind(2, p.hidden).bind(3, p.vocab);
   s.bind(4, std::string(to_string(p.dtype))).bind(5, std::string(to_string(p.mode)));
-  while (s.step()) out.push_back(read_best(s));
+  while (s.step()) out.push_back(read_best(s, path_));
   return out;
 }
 
@@ -433,8 +485,8 @@ std::vector<Measurement> Store::measurements() const {
   while (s.step()) {
     Measurement m;
     m.device = read_device(s, 0);
-    m.problem = Problem::from_key(s.text(8));
-    m.config = parse_config_json(s.text(9));
+    m.problem = stored_problem(path_, s.text(8));
+    m.config = stored_config(path_, s.text(9));
     m.stats = read_stats(s, 10);
     m.kernel_hash = s.text(15);
     m.status = s.text(16);
@@ -469,16 +521,20 @@ std::optional<Measurement> Store::find_measurement(const DeviceInfo& d, const Pr
   return m;
 }
 
+std::string dump_text(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void export_jsonl(const Store& s, std::ostream& out) {
   for (const auto& b : s.best_entries()) {
     nlohmann::json j = b;
     j["record"] = "best";
-    out << j.dump() << '\n';
+    out << dump_text(j) << '\n';
   }
   for (const auto& m : s.measurements()) {
     nlohmann::json j = m;
     j["record"] = "measurement";
-    out << j.dump() << '\n';
+    out << dump_text(j) << '\n';
   }
 }
 
@@ -496,6 +552,24 @@ void check_stats(const Stats& t) {
     fail_usage("p20 ≤ median ≤ p80 does not hold (" + format_double(t.p20_ms) + ", " + format_double(t.median_ms) +
                ", " + format_double(t.p80_ms) + ")");
   if (t.samples < 1) fail_usage("samples must be ≥ 1, got " + std::to_string(t.samples));
+  if (!std::isfinite(t.spread) || t.spread < 0) fail_usage("spread must be finite and ≥ 0, got " + format_double(t.spread));
+}
+
+// Text a record carries and `db list` or `lookup` print: at most `max` bytes of
+// valid UTF-8 without control characters (an escape sequence in a version string
+// was printed raw; a byte 0xff made every later export fail).
+bool printable(const std::string& s, size_t max) {
+  if (s.size() > max) return false;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return false;
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    i += n;
+  }
+  return true;
 }
 
 // Who measured and when: a kernel hash is what kernel_hash.py prints (lowercase
@@ -508,9 +582,14 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
                        std::all_of(kernel_hash.begin(), kernel_hash.end(),
                                    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'); });
   if (!hash_ok) fail_usage("kernel_hash must be 1 to 64 lowercase letters and digits, got '" + kernel_hash.substr(0, 80) + "'");
-  const bool name_ok = !d.name.empty() && d.name.size() <= 256 &&
-                       std::none_of(d.name.begin(), d.name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-  if (!name_ok) fail_usage("device name must be 1 to 256 characters without control characters");
+  if (d.name.empty() || !printable(d.name, 256))
+    fail_usage("device name must be 1 to 256 bytes of UTF-8 without control characters");
+  for (const auto& [field, text] : {std::pair{"id", &d.id}, std::pair{"arch", &d.arch}, std::pair{"driver", &d.driver},
+                                    std::pair{"runtime", &d.runtime}, std::pair{"cublaslt", &d.cublaslt}})
+    if (!printable(*text, 64))
+      fail_usage(std::string("device ") + field + " must be at most 64 bytes of UTF-8 without control characters");
+  if (d.sm_count < 0 || d.memory_bytes < 0 || d.cublaslt_version < 0)
+    fail_usage("device sm_count, memory_bytes and cublaslt_version must be ≥ 0");
   const std::string& t = created_at;
   auto digits = [&](size_t at, size_t n) {
     for (size_t i = at; i < at + n; ++i)
@@ -520,7 +599,10 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
   const bool time_ok = t.size() == 20 && digits(0, 4) && t[4] == '-' && digits(5, 2) && t[7] == '-' && digits(8, 2) &&
                        t[10] == 'T' && digits(11, 2) && t[13] == ':' && digits(14, 2) && t[16] == ':' &&
                        digits(17, 2) && t[19] == 'Z';
-  if (!time_ok) fail_usage("created_at must be UTC ISO 8601 (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
+  auto num = [&](size_t at, size_t n) { return std::stoi(t.substr(at, n)); };
+  const bool range_ok = time_ok && num(5, 2) >= 1 && num(5, 2) <= 12 && num(8, 2) >= 1 && num(8, 2) <= 31 &&
+                        num(11, 2) <= 23 && num(14, 2) <= 59 && num(17, 2) <= 60;
+  if (!range_ok) fail_usage("created_at must be UTC ISO 8601 (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
 }
 }  // namespace
 
@@ -530,19 +612,32 @@ void check_record(const BestEntry& b) {
   validate_config(b.problem, b.config);
   check_stats(b.stats);
   if (!std::isfinite(b.default_ms) || b.default_ms < 0) fail_usage("default_ms must be finite and ≥ 0");
+  // speedup = default / best: positive and finite (∞ exported as null, which the
+  // import then refused; −5 was printed as "−5.00x over default").
+  if (!std::isfinite(b.speedup) || b.speedup <= 0) fail_usage("speedup must be finite and > 0");
+  // Pinned cuBLASLt algorithms as kernels/flce/context.cu serialises them: 64
+  // bytes as 128 lowercase hex digits (empty: the heuristic's), with the version.
+  for (const auto& a : b.config.gemm_algos)
+    if (!a.empty() && (a.size() != 128 || a.find_first_not_of("0123456789abcdef") != std::string::npos))
+      fail_usage("gemm_algos entry is not a serialised cuBLASLt algorithm (128 lowercase hex digits)");
+  if (!b.config.gemm_algos.empty() && b.config.gemm_algos_cublaslt <= 0)
+    fail_usage("gemm_algos_cublaslt must name the cuBLASLt version the algorithms were tuned with");
+  if (!printable(b.celtune_version, 64) || !printable(b.cublaslt, 64))
+    fail_usage("celtune_version and cublaslt must be at most 64 bytes of UTF-8 without control characters");
 }
 
 void check_record(const Measurement& m) {
   check_identity(m.device, m.kernel_hash, m.created_at);
   m.problem.validate();
   if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
+  if (!printable(m.reason, 4096)) fail_usage("reason must be at most 4096 bytes of UTF-8 without control characters");
   if (m.status == "ok") {
     validate_config(m.problem, m.config);
     check_stats(m.stats);
   }
 }
 
-ImportCounts import_jsonl(Store& s, std::istream& in) {
+ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current_hash) {
   ImportCounts n;
   // Parse and check everything first, so a bad line leaves the database untouched.
   std::vector<BestEntry> best;
@@ -572,12 +667,12 @@ ImportCounts import_jsonl(Store& s, std::istream& in) {
   if (in.bad()) fail_env("error reading the import file; nothing was imported");
   s.write([&] {
     for (const auto& m : meas) s.record(m), ++n.measurements;
-    for (const auto& b : best) n.best_kept += s.offer_best(b), ++n.best_offered;
+    for (const auto& b : best) n.best_kept += s.offer_best(b, current_hash), ++n.best_offered;
   });
   return n;
 }
 
-ImportCounts merge_into(Store& into, const Store& from) {
+ImportCounts merge_into(Store& into, const Store& from, const std::string& current_hash) {
   ImportCounts n;
   const auto meas = from.measurements();
   const auto best = from.best_entries();
@@ -591,7 +686,7 @@ ImportCounts merge_into(Store& into, const Store& from) {
   }
   into.write([&] {
     for (const auto& m : meas) into.record(m), ++n.measurements;
-    for (const auto& b : best) n.best_kept += into.offer_best(b), ++n.best_offered;
+    for (const auto& b : best) n.best_kept += into.offer_best(b, current_hash), ++n.best_offered;
   });
   return n;
 }

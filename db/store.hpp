@@ -42,9 +42,11 @@ class Store {
   // Inserts or replaces the measurement with the same (device, problem, config,
   // kernel hash). Call inside write() to batch, or alone.
   void record(const Measurement& m);
-  // Stores b unless an entry for the same (device, problem) is already faster.
-  // Returns whether b is now the stored one.
-  bool offer_best(const BestEntry& b);
+  // Stores b unless the entry for the same (device, problem) is better: one
+  // measured with `current_hash` (the kernels of this build, which the runtime
+  // serves) beats one from other kernels, which lookup skips; otherwise the
+  // faster wins, ties keep what is stored. Returns whether b is now the stored one.
+  bool offer_best(const BestEntry& b, const std::string& current_hash);
   // Stores b, replacing any entry for the same (device, problem).
   void put_best(const BestEntry& b);
 
@@ -93,10 +95,15 @@ void check_record(const Measurement& m);
 
 // All or nothing: a malformed line throws Error(usage) naming its line number and
 // nothing from the file is stored.
-ImportCounts import_jsonl(Store& s, std::istream& in);
+// JSON text of a record: bytes that are not UTF-8 (only a hand-damaged database
+// holds them: import refuses them) come out as U+FFFD instead of an exception.
+std::string dump_text(const nlohmann::json& j, int indent = -1);
+
+// Best entries are offered as offer_best does, against `current_hash`.
+ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current_hash);
 
 // Copies every measurement and best entry of `from` into `into`; per (device,
-// problem) the faster best entry wins.
-ImportCounts merge_into(Store& into, const Store& from);
+// problem) the better best entry wins (offer_best).
+ImportCounts merge_into(Store& into, const Store& from, const std::string& current_hash);
 
 }  // namespace celtune::db

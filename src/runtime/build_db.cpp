@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "db/store.hpp"
+#include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
 
 int main(int argc, char** argv) {
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
       for (int i = 2; i < argc; ++i) {
         std::ifstream in(argv[i]);
         if (!in) throw celtune::Error(celtune::Status::environment, std::string("cannot read ") + argv[i]);
-        const auto n = celtune::db::import_jsonl(s, in);
+        const auto n = celtune::db::import_jsonl(s, in, kKernelSourceHash);
         std::cout << argv[i] << ": " << n.best_kept << " best configs, " << n.measurements << " measurements\n";
       }
     }

@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
   try {
     store.write([&] {
-      celtune::db::import_jsonl(store, in);
+      celtune::db::import_jsonl(store, in, "abc123");
       std::ostringstream out;
       celtune::db::export_jsonl(store, out);  // what was stored must read back
       // Nothing impossible gets in (issue 12): every stored record passes the

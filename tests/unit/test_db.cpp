@@ -89,7 +89,7 @@ TEST_CASE("store: write, read back, and export → import → export is lossless
   {
     db::Store s(t.file("b.sqlite"), db::Access::read_write);
     std::istringstream in(text);
-    const auto n = db::import_jsonl(s, in);
+    const auto n = db::import_jsonl(s, in, "abc123");
     CHECK(n.measurements == 2);
     CHECK(n.best_kept == 2);
     CHECK(export_text(s) == text);
@@ -112,7 +112,7 @@ TEST_CASE("store: merge keeps the faster best per device and problem, and every 
   db::Store out(t.file("out.sqlite"), db::Access::read_write);
   for (const char* f : {"a.sqlite", "b.sqlite"}) {
     db::Store src(t.file(f), db::Access::read_only);
-    db::merge_into(out, src);
+    db::merge_into(out, src, "abc123");
   }
   const auto entries = out.best_entries();
   REQUIRE(entries.size() == 3);
@@ -125,8 +125,34 @@ TEST_CASE("store: merge keeps the faster best per device and problem, and every 
   // Merging again changes nothing.
   const std::string before = export_text(out);
   db::Store again(t.file("a.sqlite"), db::Access::read_only);
-  db::merge_into(out, again);
+  db::merge_into(out, again, "abc123");
   CHECK(export_text(out) == before);
+}
+
+TEST_CASE("store: a best entry of this build's kernels is never displaced by a faster one the runtime skips") {
+  TempDir t;
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  s.put_best(best(fictional(), 4096, 2.0, 256));  // kernel hash abc123: this build's
+  db::BestEntry stale = best(fictional(), 4096, 0.5, 512);
+  stale.kernel_hash = "0123abcd";
+  CHECK_FALSE(s.offer_best(stale, "abc123"));
+  REQUIRE(s.best_entries().size() == 1);
+  CHECK(s.best_entries()[0].kernel_hash == "abc123");
+  // The other way round: this build's entry replaces a faster stale one …
+  db::Store u(t.file("u.sqlite"), db::Access::read_write);
+  u.put_best(stale);
+  CHECK(u.offer_best(best(fictional(), 4096, 2.0, 256), "abc123"));
+  CHECK(u.best_entries()[0].kernel_hash == "abc123");
+  // … and between two entries of other kernels (or two of ours) the faster wins.
+  db::BestEntry staler = best(fictional(), 4096, 0.4, 1024);
+  staler.kernel_hash = "fedc";
+  CHECK_FALSE(u.offer_best(staler, "abc123"));
+  db::Store v(t.file("v.sqlite"), db::Access::read_write);
+  v.put_best(stale);
+  CHECK(v.offer_best(staler, "abc123"));
+  CHECK(v.best_entries()[0].config.block_size == 1024);
+  CHECK(v.offer_best(best(fictional(), 4096, 9.0, 256), "abc123"));  // ours, though slower
+  CHECK_FALSE(v.offer_best(best(fictional(), 4096, 9.0, 512), "abc123"));  // a tie keeps what is stored
 }
 
 TEST_CASE("store: malformed import stores nothing") {
@@ -140,7 +166,7 @@ TEST_CASE("store: malformed import stores nothing") {
   }
   std::istringstream in(good.str() + "{\"record\": \"best\", \"device\": 7}\n");
   try {
-    db::import_jsonl(s, in);
+    db::import_jsonl(s, in, "abc123");
     FAIL("import of a malformed line succeeded");
   } catch (const Error& e) {
     CHECK(e.status() == Status::usage);
@@ -163,7 +189,7 @@ TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
   REQUIRE(at != std::string::npos);
   line.replace(at, 14, "\"tokens\":8.5e70");
   std::istringstream in(line);
-  CHECK_THROWS_AS(db::import_jsonl(s, in), Error);
+  CHECK_THROWS_AS(db::import_jsonl(s, in, "abc123"), Error);
   CHECK(s.best_entries().empty());
 }
 

@@ -169,6 +169,68 @@ expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best configs" "a failed import lost nothing"
 
+# A best entry tuned with this build's kernels is never displaced by a faster one
+# from other kernels (which the runtime skips): import and merge alike.
+"$celtune" tune --device cpu --shape 64,32,1000 --mode fwd --max-runs 3 --min-runs 3 --db "$tmp/h.sqlite" >/dev/null 2>&1
+expect 0 "export a tuned entry" -- "$celtune" db --db "$tmp/h.sqlite" export -o "$tmp/h.jsonl"
+python3 - "$tmp/h.jsonl" "$tmp/stale.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+b = next(r for r in rows if r["record"] == "best")
+b["kernel_hash"] = "0123abcd"
+b["stats"].update(median_ms=0.001, p20_ms=0.0005, p80_ms=0.002)
+open(sys.argv[2], "w").write(json.dumps(b) + "\n")
+PY
+expect 0 "import a faster entry of other kernels" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/stale.jsonl"
+contains out "(0 kept" "the stale entry was not kept"
+expect 0 "lookup after the import" -- "$celtune" lookup --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --mode fwd
+contains out "exact" "the runtime still finds this build's entry"
+"$celtune" db --db "$tmp/s.sqlite" import "$tmp/stale.jsonl" >/dev/null 2>&1
+expect 0 "merge a stale database into a fresh one" -- "$celtune" db merge "$tmp/s.sqlite" "$tmp/h.sqlite" -o "$tmp/hs.sqlite"
+expect 0 "lookup after the merge" -- "$celtune" lookup --device cpu --db "$tmp/hs.sqlite" --shape 64,32,1000 --mode fwd
+contains out "exact" "the merge kept this build's entry"
+# Exported files get the usual mode (0666 less the umask), or keep the one they replace.
+(umask 022 && "$celtune" db --db "$tmp/h.sqlite" export -o "$tmp/mode.jsonl")
+[ "$(stat -c %a "$tmp/mode.jsonl")" = 644 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export mode $(stat -c %a "$tmp/mode.jsonl")"; }
+chmod 640 "$tmp/mode.jsonl" && "$celtune" db --db "$tmp/h.sqlite" export -o "$tmp/mode.jsonl"
+[ "$(stat -c %a "$tmp/mode.jsonl")" = 640 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export changed an existing file's mode"; }
+# report replaces its SVGs atomically: a write cut short leaves the old file whole.
+expect 0 "report" -- "$celtune" report --db "$tmp/h.sqlite" -o "$tmp/rep"
+svg=$(ls "$tmp/rep"/*.svg | head -1); size=$(stat -c %s "$svg")
+(trap '' XFSZ; ulimit -f 1; "$celtune" report --db "$tmp/h.sqlite" -o "$tmp/rep" >/dev/null 2>&1)
+[ "$(stat -c %s "$svg")" = "$size" ] && [ -z "$(ls "$tmp/rep" | grep -v '\.svg$')" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a cut-short report damaged $svg or left a temporary"; ls -la "$tmp/rep"; }
+# Damaged stored rows: an infinite speedup is refused by merge; a config or key
+# that no longer parses is a damaged database (exit 3, named), not a usage error.
+cp "$tmp/h.sqlite" "$tmp/inf.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET speedup = 9e999"); c.commit()' "$tmp/inf.sqlite"
+expect 3 "merge refuses an infinite speedup" -- "$celtune" db merge "$tmp/inf.sqlite" "$tmp/h.sqlite" -o "$tmp/inf-m.sqlite"
+cp "$tmp/h.sqlite" "$tmp/badcfg.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE configs SET json = ? || id", (sys.argv[2],)); c.commit()' \
+  "$tmp/badcfg.sqlite" 'not json '
+expect 3 "list a database with a damaged config" -- "$celtune" db --db "$tmp/badcfg.sqlite" list
+contains err "badcfg.sqlite holds a damaged config" "the message names the database"
+cp "$tmp/h.sqlite" "$tmp/utf.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE devices SET driver = CAST(x'"'"'ff'"'"' AS TEXT)"); c.commit()' "$tmp/utf.sqlite"
+expect 0 "export a database holding bytes that are not UTF-8" -- "$celtune" db --db "$tmp/utf.sqlite" export
+expect 3 "merge refuses text that is not UTF-8" -- "$celtune" db merge "$tmp/utf.sqlite" "$tmp/h.sqlite" -o "$tmp/utf-m.sqlite"
+expect 2 "lookup refuses a malformed CELTUNE_BUSY_TIMEOUT_MS" -- env CELTUNE_BUSY_TIMEOUT_MS=abc \
+  "$celtune" lookup --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --mode fwd
+# Import refuses what the project says it validates.
+for bad in 's/"speedup":[0-9.e+-]*/"speedup":-5/' 's/"spread":[0-9.e+-]*/"spread":-1/' 's/"sm_count":[0-9]*/"sm_count":-3/' \
+           's/"celtune_version":"[^"]*"/"celtune_version":"\\u001b[2J"/' 's/"created_at":"[^"]*"/"created_at":"2026-99-99T99:99:99Z"/'; do
+  grep '"record":"best"' "$tmp/h.jsonl" | sed "$bad" >"$tmp/bad.jsonl"
+  expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/bad.jsonl"
+done
+
+# Malformed tune flags are refused (exit 2) before any database is created.
+for bad in "--max-scratch 1.2.3MiB" "--max-scratch 1..MiB" "--shard 0/2junk" "--shard 0junk/2" "--budget -1" \
+           "--device cpu --devices cpu" "--devices cpu,,cpu" "--devices ," "--device bogus"; do
+  # shellcheck disable=SC2086
+  expect 2 "tune refuses $bad" -- "$celtune" tune --shape 64,32,1000 --mode fwd --db "$tmp/flags.sqlite" $bad
+done
+[ ! -e "$tmp/flags.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune created its database"; }
+
 # A database locked by another writer past the busy timeout: tune says so and
 # exits 3; what was stored stays; readers (lookup) are not blocked.
 before=$("$celtune" db --db "$tmp/t.sqlite" export | sort | md5sum)
@@ -352,15 +414,27 @@ fi
 before=$(md5sum <"$ro/tuned.sqlite")
 expect 3 "tune into a read-only directory" -- "${reader[@]}" "$rocel" tune --device cpu --shape 48,16,700 \
   --dtype bf16 --db "$ro/tuned.sqlite" --min-runs 3 --max-runs 3 --force
-contains err "readonly" "the message says the database is read-only"
+contains err "is not writable" "the message says the database is not writable"
 expect 3 "a new database in a read-only directory" -- "${reader[@]}" "$rocel" tune --device cpu --shape 8,16,200 \
   --db "$ro/new.sqlite"
-contains err "cannot open database" "the message names the failed open"
+contains err "folder of database" "the message names the folder that is not writable"
 expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$rocel" lookup --device cpu --shape 48,16,700 \
   --dtype bf16 --mode fwdbwd --db "$ro/tuned.sqlite"
 contains out "exact" "the stored config is found in a read-only directory"
 [ "$before" = "$(md5sum <"$ro/tuned.sqlite")" ] && [ ! -e "$ro/new.sqlite" ] && [ -z "$(ls "$ro" | grep -v '^tuned.sqlite$')" ] \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the read-only directory changed"; ls -la "$ro"; }
+# A refused write to a read-only database leaves no -wal/-shm behind, so once it is
+# writable again the next write works (the side files, read-only, once kept every
+# later writer out).
+if [ ${#reader[@]} -gt 0 ]; then
+  chmod 777 "$ro" && cp "$tmp/a.sqlite" "$ro/ro.sqlite" && chmod 444 "$ro/ro.sqlite"
+  expect 3 "import into a read-only database" -- "${reader[@]}" "$rocel" db --db "$ro/ro.sqlite" import "$tmp/faster.jsonl"
+  [ ! -e "$ro/ro.sqlite-wal" ] && [ ! -e "$ro/ro.sqlite-shm" ] && passes=$((passes + 1)) \
+    || { fails=$((fails + 1)); echo "FAIL: a refused write left side files"; ls -la "$ro"; }
+  chmod 666 "$ro/ro.sqlite"
+  expect 0 "import once the database is writable" -- "${reader[@]}" "$rocel" db --db "$ro/ro.sqlite" import "$tmp/faster.jsonl"
+  rm -f "$ro/ro.sqlite"*
+fi
 chmod 755 "$ro" && chmod 700 "$tmp"
 
 echo "$passes passed, $fails failed"

@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "db/paths.hpp"
 #include "db/store.hpp"
+#include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
 
@@ -43,7 +44,10 @@ std::string db_path(const DbArgs& a) {
 }
 
 void require_exists(const std::string& path) {
-  if (!std::filesystem::exists(path)) fail_env("database " + path + " does not exist");
+  std::error_code ec;
+  const bool there = std::filesystem::exists(path, ec);
+  if (ec) fail_env("cannot reach database " + path + ": " + ec.message());
+  if (!there) fail_env("database " + path + " does not exist");
 }
 
 int do_list(const DbArgs& a) {
@@ -51,7 +55,7 @@ int do_list(const DbArgs& a) {
   db::Store s(db_path(a), db::Access::read_only);
   const auto best = s.best_entries();
   if (a.json) {
-    std::cout << nlohmann::json(best).dump(2) << '\n';
+    std::cout << db::dump_text(nlohmann::json(best), 2) << '\n';
     return 0;
   }
   Table t({"device", "problem", "config", "median ms", "p20–p80 ms", "speedup", "kernel hash", "when"});
@@ -76,32 +80,10 @@ int do_export(const DbArgs& a) {
     db::export_jsonl(s, std::cout);  // main() checks standard output at the end
     return 0;
   }
-  namespace fs = std::filesystem;
   std::error_code ec;
-  const auto st = fs::symlink_status(a.out, ec);
-  if (!ec && fs::exists(st)) {
-    if (!fs::is_regular_file(st))
-      fail_usage("refusing to write the export to " + a.out + ": it exists and is not a regular file");
-    if (fs::equivalent(a.out, path, ec))
-      fail_usage("refusing to write the export over the database it reads (" + path + ")");
-  }
-  std::string tmp = a.out + ".XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) fail_env("cannot create a temporary file beside " + a.out + ": " + std::strerror(errno));
-  ::close(fd);
-  try {
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      db::export_jsonl(s, f);
-      f.close();
-      if (!f) fail_env("error writing " + tmp + " (disk full?); " + a.out + " is unchanged");
-    }
-    fs::rename(tmp, a.out, ec);
-    if (ec) fail_env("cannot rename " + tmp + " to " + a.out + ": " + ec.message());
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
+  if (std::filesystem::exists(a.out, ec) && std::filesystem::equivalent(a.out, path, ec))
+    fail_usage("refusing to write the export over the database it reads (" + path + ")");
+  write_file_atomic(a.out, [&](std::ostream& f) { db::export_jsonl(s, f); });
   return 0;
 }
 
@@ -113,9 +95,10 @@ int do_import(const DbArgs& a) {
   std::ifstream in(a.input);
   if (!in) fail_env("cannot read " + a.input);
   db::Store s(db_path(a), db::Access::read_write);
-  const auto n = db::import_jsonl(s, in);
+  const auto n = db::import_jsonl(s, in, kKernelSourceHash);
   std::cout << "imported " << n.measurements << " measurements and " << n.best_offered << " best configs ("
-            << n.best_kept << " kept as fastest) into " << s.path() << '\n';
+            << n.best_kept << " kept: faster, or tuned with this build's kernels where the stored one was not) into "
+            << s.path() << '\n';
   return 0;
 }
 
@@ -139,7 +122,7 @@ int do_merge(const DbArgs& a) {
     db::Store out(a.out, db::Access::read_write);
     out.write([&] {
       for (const auto& src : sources) {
-        const auto n = db::merge_into(out, *src);
+        const auto n = db::merge_into(out, *src, kKernelSourceHash);
         total.measurements += n.measurements, total.best_offered += n.best_offered, total.best_kept += n.best_kept;
       }
     });
@@ -169,11 +152,12 @@ Action register_db(CLI::App& app) {
   exp->add_flag("--jsonl")->description("JSON lines (the only format; accepted for clarity)");
   exp->add_option("-o,--output", a->out, "Output file (default: standard output); never the database itself");
   after(exp);
-  auto* imp = sub->add_subcommand("import", "Read JSON lines into the database (all or nothing; faster best wins)");
+  auto* imp = sub->add_subcommand("import", "Read JSON lines into the database (all or nothing; per device and "
+                                            "problem a best config tuned with this build's kernels wins, else the faster)");
   imp->add_option("file", a->input, "JSON-lines file from 'celtune db export'")->required();
   after(imp);
-  auto* mrg = sub->add_subcommand("merge", "Merge two databases into OUT; per device and problem the faster best "
-                                           "config wins; OUT's own rows are kept");
+  auto* mrg = sub->add_subcommand("merge", "Merge two databases into OUT; per device and problem a best config tuned "
+                                           "with this build's kernels wins, else the faster; OUT's own rows are kept");
   mrg->add_option("inputs", a->merge_inputs, "The two databases A B")->required()->expected(2);
   mrg->add_option("-o,--output", a->out, "Output database")->required();
   return [a, list, exp, imp, mrg] {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "db/store.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
@@ -38,6 +39,9 @@ Action register_lookup(CLI::App& app) {
     const auto problems = build_problems(a->problem);
     std::shared_ptr<const Backend> backend = open_backend(a->device);
     const DeviceInfo dev = backend->device();
+    // The runtime warns and falls back on a malformed CELTUNE_BUSY_TIMEOUT_MS (a
+    // training job must not stop for it); the CLI refuses it, exit 2.
+    db::busy_timeout_ms();
     runtime::Resolver resolver(runtime::find_databases(a->db), dev, kKernelSourceHash, std::cerr,
                                runtime::backend_checks(backend));
     std::string dbs;
@@ -63,7 +67,7 @@ Action register_lookup(CLI::App& app) {
       for (const auto& s : r.skipped) std::cout << "skipped   " << s << '\n';
       std::cout << '\n';
     }
-    if (a->json) std::cout << out.dump(2) << '\n';
+    if (a->json) std::cout << db::dump_text(out, 2) << '\n';
     return 0;
   };
 }

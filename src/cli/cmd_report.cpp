@@ -12,6 +12,7 @@
 #include "commands.hpp"
 #include "db/store.hpp"
 #include "model/error.hpp"
+#include "output.hpp"
 #include "svg.hpp"
 
 namespace celtune::cli {
@@ -27,8 +28,7 @@ std::string short_key(const Problem& p) {
 }
 
 void write(const std::filesystem::path& f, const std::string& text) {
-  std::ofstream o(f);
-  if (!(o << text)) fail_env("cannot write " + f.string());
+  write_file_atomic(f.string(), [&](std::ostream& o) { o << text; });
   std::cout << "wrote " << f.string() << '\n';
 }
 

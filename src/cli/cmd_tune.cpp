@@ -37,7 +37,9 @@ size_t parse_size(const std::string& s) {
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   double v = 0;
   auto r = std::from_chars(s.data(), s.data() + i, v);
-  if (i == 0 || r.ec != std::errc()) fail_usage("malformed size '" + s + "': expected e.g. 256MiB, 1GiB or 1048576");
+  // The whole number must parse ("1.2.3MiB" stopped after 1.2 and was taken).
+  if (i == 0 || r.ec != std::errc() || r.ptr != s.data() + i)
+    fail_usage("malformed size '" + s + "': expected e.g. 256MiB, 1GiB or 1048576");
   const std::string unit = s.substr(i);
   double m = 1;
   if (unit.empty() || unit == "B") m = 1;
@@ -55,8 +57,10 @@ std::pair<int, int> parse_shard(const std::string& s) {
   const auto slash = s.find('/');
   int k = -1, n = -1;
   if (slash != std::string::npos) {
-    std::from_chars(s.data(), s.data() + slash, k);
-    std::from_chars(s.data() + slash + 1, s.data() + s.size(), n);
+    const char* end = s.data() + s.size();
+    auto rk = std::from_chars(s.data(), s.data() + slash, k);
+    auto rn = std::from_chars(s.data() + slash + 1, end, n);
+    if (rk.ec != std::errc() || rk.ptr != s.data() + slash || rn.ec != std::errc() || rn.ptr != end) k = n = -1;
   }
   if (n <= 0 || k < 0 || k >= n) fail_usage("malformed --shard '" + s + "': expected K/N with 0 ≤ K < N");
   return {k, n};
@@ -76,8 +80,9 @@ Action register_tune(CLI::App& app) {
       "tune",
       "Search BLOCK_SIZE, the V-chunk, the row chunk and the rest of the config per device and problem; gate every "
       "candidate on correctness; store every measurement and the best config in SQLite");
-  sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
-  sub->add_option("--devices", a->devices, "CUDA ordinals to use at once, one worker each, e.g. 0,1,2,3");
+  auto* device = sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
+  sub->add_option("--devices", a->devices, "CUDA ordinals to use at once, one worker each, e.g. 0,1,2,3")
+      ->excludes(device);
   sub->add_option("--shard", a->shard, "K/N: tune only problems whose index mod N is K (for scheduler job arrays)");
   sub->add_option("--db", a->db,
                   "Database file (default: $CELTUNE_DB, else $XDG_DATA_HOME/celtune/celtune.sqlite, else "
@@ -85,7 +90,15 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--strategy", a->strategy, "exhaustive, random (with --budget) or guided (coordinate descent)")
       ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
       ->capture_default_str();
-  auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)");
+  // Checked as text first: a size_t option took "-1" as a huge budget.
+  auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)")
+                     ->check(CLI::Validator(
+                         [](std::string& v) {
+                           return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
+                                      ? std::string()
+                                      : "expected a whole number of evaluations ≥ 1, got '" + v + "'";
+                         },
+                         "COUNT"));
   sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
       ->capture_default_str();
   sub->add_flag("--force", a->force, "Re-measure configs the database already holds for this kernel build");
@@ -133,11 +146,18 @@ Action register_tune(CLI::App& app) {
     }
     std::vector<std::string> devices;
     if (!a->devices.empty()) {
-      std::stringstream ss(a->devices);
-      for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
+      std::stringstream ss(a->devices + ",");
+      for (std::string d; std::getline(ss, d, ',');) {
+        if (d.empty()) fail_usage("--devices '" + a->devices + "' has an empty entry");
+        devices.push_back(d);
+      }
     } else {
       devices.push_back(a->device);
     }
+    // The devices first: a bad one (exit 2 or 3) must not leave a new, empty
+    // database behind.
+    std::vector<std::unique_ptr<Backend>> backends;
+    for (const auto& d : devices) backends.push_back(open_backend(d));
     const std::string db_path = a->db.empty() ? default_db_path() : a->db;
     // Only the per-user default's folder is made on first use. A path the user
     // named ($CELTUNE_DB as much as --db) must already have its folder; a bare
@@ -151,8 +171,6 @@ Action register_tune(CLI::App& app) {
     }
     { db::Store check(db_path, db::Access::read_write); }  // fail early (exit 3) on an unusable database
 
-    std::vector<std::unique_ptr<Backend>> backends;
-    for (const auto& d : devices) backends.push_back(open_backend(d));
     const bool bar = !a->json && isatty(2);
     std::mutex out_mu;
     std::atomic<size_t> next{0}, finished{0};

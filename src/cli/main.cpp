@@ -6,6 +6,7 @@
 // could not be written).
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <new>
@@ -87,6 +88,11 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::cerr << "celtune: " << e.what() << '\n';
     return static_cast<int>(e.status());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the operating system refused (no permission, a name too long): the
+    // environment, said in its own words, not an internal error.
+    std::cerr << "celtune: " << e.code().message() << ": " << e.path1().string() << '\n';
+    return static_cast<int>(Status::environment);
   } catch (const std::bad_alloc&) {
     std::cerr << "celtune: out of host memory (the problem's host copies or results do not fit this machine)\n";
     return static_cast<int>(Status::environment);

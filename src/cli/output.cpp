@@ -1,8 +1,17 @@
 #include "output.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
+
+#include "model/error.hpp"
 
 namespace celtune::cli {
 
@@ -58,6 +67,43 @@ std::string human_bytes(double b) {
   int u = 0;
   while (b >= 1024 && u < 4) b /= 1024, ++u;
   return fmt(u ? "%.1f " : "%.0f ", b) + units[u];
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto st = fs::symlink_status(path, ec);
+  const bool exists = !ec && fs::exists(st);
+  if (exists && !fs::is_regular_file(st))
+    fail_usage("refusing to write " + path + ": it exists and is not a regular file");
+  mode_t mode = 0;
+  struct stat old {};
+  if (exists && ::stat(path.c_str(), &old) == 0) {
+    mode = old.st_mode & 07777;
+  } else {
+    const mode_t mask = ::umask(0);  // read it back: umask has no getter
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
+  const bool mode_ok = ::fchmod(fd, mode) == 0;
+  ::close(fd);
+  try {
+    if (!mode_ok) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(errno));
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      body(f);
+      f.close();
+      if (!f) fail_env("error writing " + tmp + " (disk full?); " + path + " is unchanged");
+    }
+    fs::rename(tmp, path, ec);
+    if (ec) fail_env("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
 }
 
 }  // namespace celtune::cli

@@ -2,6 +2,7 @@
 // content as JSON (--json) or CSV (--csv) for programs.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -22,6 +23,14 @@ class Table {
 };
 
 std::string fmt(const char* format, double v);  // printf-style for one number
+
+// Writes `path` atomically: `body` fills a temporary file beside it, which is
+// renamed over `path` only once every byte is written and flushed, so a failure
+// (a full disk, a file-size limit) leaves what was there untouched and removes
+// the temporary. Refuses a path that exists and is not a regular file (a
+// symlink, a FIFO, a device). The file gets the mode of the one it replaces, or
+// 0666 less the umask when new (mkstemp's 0600 made exports unreadable to others).
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body);
 std::string human_bytes(double bytes);
 
 }  // namespace celtune::cli

@@ -5,9 +5,32 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/error.hpp"
 #include "model/json_get.hpp"
 
 namespace celtune::db {
+
+namespace {
+// Only the fields to_json writes (and the record kind) are accepted: a typo in an
+// optional field ("cublaslt_verison") was dropped silently and read as 0.
+template <class T>
+void only_known(const nlohmann::json& j, const T& sample, const char* what) {
+  if (!j.is_object()) return;  // get<> names the type error
+  const nlohmann::json known = sample;
+  for (const auto& [k, v] : j.items())
+    if (k != "record" && !known.contains(k)) fail_usage(std::string("unknown ") + what + " field '" + k + "'");
+}
+// The parts every record has, checked the same way; a problem's "key" (written
+// for people reading the file) must say what its fields say.
+void only_known_parts(const nlohmann::json& j) {
+  only_known(j.at("device"), DeviceInfo{}, "device");
+  only_known(j.at("problem"), Problem{}, "problem");
+  only_known(j.at("stats"), Stats{}, "stats");
+  const auto& pj = j.at("problem");
+  if (pj.is_object() && pj.contains("key") && pj.at("key").get<std::string>() != pj.get<Problem>().key())
+    fail_usage("problem key '" + pj.at("key").get<std::string>().substr(0, 200) + "' does not match its fields");
+}
+}  // namespace
 
 void to_json(nlohmann::json& j, const Stats& s) {
   j = nlohmann::json{{"median_ms", s.median_ms}, {"p20_ms", s.p20_ms}, {"p80_ms", s.p80_ms},
@@ -34,6 +57,8 @@ void to_json(nlohmann::json& j, const Measurement& m) {
                      {"created_at", m.created_at}};
 }
 void from_json(const nlohmann::json& j, Measurement& m) {
+  only_known(j, Measurement{}, "measurement");
+  only_known_parts(j);
   m.device = j.at("device").get<DeviceInfo>();
   m.problem = j.at("problem").get<Problem>();
   m.config = j.at("config").get<KernelConfig>();
@@ -59,6 +84,8 @@ void to_json(nlohmann::json& j, const BestEntry& b) {
                      {"created_at", b.created_at}};
 }
 void from_json(const nlohmann::json& j, BestEntry& b) {
+  only_known(j, BestEntry{}, "best-entry");
+  only_known_parts(j);
   b.device = j.at("device").get<DeviceInfo>();
   b.problem = j.at("problem").get<Problem>();
   b.config = j.at("config").get<KernelConfig>();

@@ -1,9 +1,11 @@
 // celtune validate: run kernels against the references (fp64 on the CPU, or the
 // cuBLAS+softmax GPU reference for large shapes) and judge each output.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <unistd.h>
 
@@ -25,7 +27,7 @@ struct ValidateArgs {
   std::string device, from_db;
   bool all_configs = false;
   bool json = false;
-  int64_t seed = -1;
+  std::optional<uint64_t> seed;  // unset: a random seed, printed
   std::string config;
   std::string reference = "auto";
   bool verbose = false;
@@ -75,7 +77,18 @@ Action register_validate(CLI::App& app) {
       "matrix (every option and dtype, odd shapes, one and two passes, edge targets, large logits).");
   sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
   sub->add_flag("--json", a->json, "Print the full results as JSON");
-  sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)");
+  // Checked as text: CLI11 clamped 99999999999999999999 to the largest value, and
+  // a negative seed meant "random", so neither replayed what the user typed.
+  sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            uint64_t x = 0;
+            const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+            return !v.empty() && r.ec == std::errc() && r.ptr == v.data() + v.size()
+                       ? std::string()
+                       : "expected a whole number from 0 to 18446744073709551615, got '" + v + "'";
+          },
+          "SEED"));
   sub->add_option("--config", a->config, "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}'");
   sub->add_flag("--verbose", a->verbose, "Print per-output details for passing cases too");
   sub->add_option("--reference", a->reference,
@@ -93,7 +106,7 @@ Action register_validate(CLI::App& app) {
   return [a] {
     auto backend = open_backend(a->device);
     const auto& dev = backend->device();
-    const uint64_t seed = a->seed >= 0 ? static_cast<uint64_t>(a->seed)
+    const uint64_t seed = a->seed ? *a->seed
                                        : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
     std::vector<ValidationCase> cases;
     if (!a->from_db.empty() && (a->all_configs || names_problem(a->problem) || !a->config.empty()))

@@ -103,7 +103,7 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
 }
 
 bool names_problem(const ProblemArgs& a) {
-  return !a.shape.empty() || !a.model.empty() || !a.tokens.empty() || a.hidden || a.vocab;
+  return !a.shape.empty() || !a.model.empty() || !a.tokens.empty() || a.hidden.has_value() || a.vocab.has_value();
 }
 
 namespace {
@@ -112,7 +112,8 @@ void refuse_conflicts(const ProblemArgs& a) {
   if (a.shape.empty()) return;
   if (!a.model.empty()) fail_usage("--shape and --model both give the shape; use one");
   if (!a.tokens.empty()) fail_usage("--shape and --tokens both give the token count; use one");
-  if (a.hidden || a.vocab) fail_usage("--shape and --hidden/--vocab both give the shape; use one");
+  if (a.hidden.has_value() || a.vocab.has_value())
+    fail_usage("--shape and --hidden/--vocab both give the shape; use one");
 }
 }  // namespace
 
@@ -139,8 +140,8 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
     base.hidden = parse_i64(f[1], "H in --shape");
     base.vocab = parse_i64(f[2], "V in --shape");
   }
-  if (a.hidden) base.hidden = a.hidden;
-  if (a.vocab) base.vocab = a.vocab;
+  if (a.hidden) base.hidden = *a.hidden;
+  if (a.vocab) base.vocab = *a.vocab;
   if (!a.tokens.empty()) tokens = parse_tokens(a.tokens);
   if (tokens.empty()) fail_usage("no token count: give --tokens or --shape N,H,V");
   if (a.shape.empty() && base.vocab <= 0) fail_usage("no vocabulary size: give --vocab, --shape or --model");

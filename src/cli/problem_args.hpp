@@ -19,7 +19,9 @@ struct ProblemArgs {
   std::string family = "flce";
   std::string shape;   // "N,H,V"
   std::string tokens;  // list "1024,2048" or range "1024..32768" (powers of two)
-  int64_t hidden = 0, vocab = 0;
+  // Unset unless given: --hidden 0 with a preset once read as "not given" and
+  // silently took the preset's H.
+  std::optional<int64_t> hidden, vocab;
   std::string model;   // preset
   std::vector<std::string> dtypes;
   std::string target_type = "int64";

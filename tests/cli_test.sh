@@ -224,9 +224,13 @@ for bad in 's/"speedup":[0-9.e+-]*/"speedup":-5/' 's/"spread":[0-9.e+-]*/"spread
   expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/bad.jsonl"
 done
 
+# A config the backend cannot run is refused with the reason (exit 2), not a failed verdict.
+expect 2 "validate a fused config on the CPU" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"impl":"fused"}'
+contains err "sm_90 GPU path" "validate says why the backend cannot run it"
+
 # Malformed tune flags are refused (exit 2) before any database is created.
 for bad in "--max-scratch 1.2.3MiB" "--max-scratch 1..MiB" "--shard 0/2junk" "--shard 0junk/2" "--budget -1" \
-           "--device cpu --devices cpu" "--devices cpu,,cpu" "--devices ," "--device bogus"; do
+           "--device cpu --devices cpu" "--devices cpu,,cpu" "--devices ," "--device bogus" "--strategy exhaustive --budget 3"; do
   # shellcheck disable=SC2086
   expect 2 "tune refuses $bad" -- "$celtune" tune --shape 64,32,1000 --mode fwd --db "$tmp/flags.sqlite" $bad
 done

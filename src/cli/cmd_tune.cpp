@@ -124,6 +124,8 @@ Action register_tune(CLI::App& app) {
                  : a->strategy == "random"   ? Strategy::random
                                              : Strategy::guided;
     if (o.strategy == Strategy::random && a->budget == 0) fail_usage("--strategy random needs --budget K");
+    if (o.strategy == Strategy::exhaustive && budget->count())
+      fail_usage("--strategy exhaustive measures every candidate: --budget applies to random and guided");
     o.budget = a->budget;
     o.max_scratch = parse_size(a->max_scratch);
     o.force = a->force;

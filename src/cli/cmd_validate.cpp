@@ -145,6 +145,9 @@ Action register_validate(CLI::App& app) {
         vc.problem = p;
         vc.config = a->config.empty() ? default_config(p) : parse_config_json(a->config);
         validate_config(p, vc.config);
+        // A config this backend cannot run is no verdict on the kernels (it was
+        // reported as a failed case, exit 1): check() says why, as bench does.
+        if (!a->config.empty()) backend->check(p, vc.config);
         vc.spec.seed = s++;
         vc.name = p.key();
         cases.push_back(vc);

@@ -606,10 +606,20 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
 }
 }  // namespace
 
+namespace {
+// impl fused is built for sm_90 only (kernels/flce/sm90): a row that names it for
+// another device could never have been measured there.
+void check_runs_on(const DeviceInfo& d, const KernelConfig& c) {
+  if (c.impl == KernelConfig::Impl::fused && d.arch != "sm_90")
+    fail_usage("impl fused runs on sm_90 only; this row's device is " + d.arch.substr(0, 64));
+}
+}  // namespace
+
 void check_record(const BestEntry& b) {
   check_identity(b.device, b.kernel_hash, b.created_at);
   b.problem.validate();
   validate_config(b.problem, b.config);
+  check_runs_on(b.device, b.config);
   check_stats(b.stats);
   if (!std::isfinite(b.default_ms) || b.default_ms < 0) fail_usage("default_ms must be finite and ≥ 0");
   // speedup = default / best: positive and finite (∞ exported as null, which the
@@ -633,6 +643,7 @@ void check_record(const Measurement& m) {
   if (!printable(m.reason, 4096)) fail_usage("reason must be at most 4096 bytes of UTF-8 without control characters");
   if (m.status == "ok") {
     validate_config(m.problem, m.config);
+    check_runs_on(m.device, m.config);
     check_stats(m.stats);
   }
 }

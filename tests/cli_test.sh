@@ -219,7 +219,8 @@ expect 2 "lookup refuses a malformed CELTUNE_BUSY_TIMEOUT_MS" -- env CELTUNE_BUS
 # Import refuses what the project says it validates.
 for bad in 's/"speedup":[0-9.e+-]*/"speedup":-5/' 's/"spread":[0-9.e+-]*/"spread":-1/' 's/"sm_count":[0-9]*/"sm_count":-3/' \
            's/"celtune_version":"[^"]*"/"celtune_version":"\\u001b[2J"/' 's/"created_at":"[^"]*"/"created_at":"2026-99-99T99:99:99Z"/' \
-           's/"cublaslt_version":/"cublaslt_verison":/' 's/"key":"flce:N64:/"key":"flce:N65:/' 's/"speedup":/"spedup":/'; do
+           's/"cublaslt_version":/"cublaslt_verison":/' 's/"key":"flce:N64:/"key":"flce:N65:/' 's/"speedup":/"spedup":/' \
+           's/"config":{/"config":{"impl":"fused",/'; do
   grep '"record":"best"' "$tmp/h.jsonl" | sed "$bad" >"$tmp/bad.jsonl"
   expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/bad.jsonl"
 done

@@ -21,13 +21,13 @@ void only_known(const nlohmann::json& j, const T& sample, const char* what) {
     if (k != "record" && !known.contains(k)) fail_usage(std::string("unknown ") + what + " field '" + k + "'");
 }
 // The parts every record has, checked the same way; a problem's "key" (written
-// for people reading the file) must say what its fields say.
-void only_known_parts(const nlohmann::json& j) {
+// for people reading the file) must say what its fields, parsed as `p`, say.
+void only_known_parts(const nlohmann::json& j, const Problem& p) {
   only_known(j.at("device"), DeviceInfo{}, "device");
   only_known(j.at("problem"), Problem{}, "problem");
   only_known(j.at("stats"), Stats{}, "stats");
   const auto& pj = j.at("problem");
-  if (pj.is_object() && pj.contains("key") && pj.at("key").get<std::string>() != pj.get<Problem>().key())
+  if (pj.contains("key") && pj.at("key").get<std::string>() != p.key())
     fail_usage("problem key '" + pj.at("key").get<std::string>().substr(0, 200) + "' does not match its fields");
 }
 }  // namespace
@@ -58,9 +58,9 @@ void to_json(nlohmann::json& j, const Measurement& m) {
 }
 void from_json(const nlohmann::json& j, Measurement& m) {
   only_known(j, Measurement{}, "measurement");
-  only_known_parts(j);
   m.device = j.at("device").get<DeviceInfo>();
   m.problem = j.at("problem").get<Problem>();
+  only_known_parts(j, m.problem);
   m.config = j.at("config").get<KernelConfig>();
   m.kernel_hash = j.at("kernel_hash").get<std::string>();
   m.status = j.at("status").get<std::string>();
@@ -85,9 +85,9 @@ void to_json(nlohmann::json& j, const BestEntry& b) {
 }
 void from_json(const nlohmann::json& j, BestEntry& b) {
   only_known(j, BestEntry{}, "best-entry");
-  only_known_parts(j);
   b.device = j.at("device").get<DeviceInfo>();
   b.problem = j.at("problem").get<Problem>();
+  only_known_parts(j, b.problem);
   b.config = j.at("config").get<KernelConfig>();
   b.stats = j.at("stats").get<Stats>();
   b.default_ms = j.at("default_ms").get<double>();

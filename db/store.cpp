@@ -135,10 +135,9 @@ namespace {
 // and its WAL switch then leaves -wal and -shm files beside the database with
 // the database's read-only mode, which kept every later writer out even once
 // the database itself was writable again. Refuse before SQLite touches anything.
-void require_writable(const std::string& path) {
+void require_writable(const std::string& path, bool exists) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const bool exists = fs::exists(path, ec);
   if (exists && ::access(path.c_str(), W_OK) != 0)
     fail_env("database " + path + " is not writable: " + std::strerror(errno) + "; nothing was changed");
   fs::path dir = fs::path(path).parent_path();
@@ -175,7 +174,7 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
              (std::filesystem::is_directory(st) ? " (it is a directory)" : ""));
   if (fec && fec != std::errc::no_such_file_or_directory)
     fail_env("cannot reach database " + path + ": " + fec.message());
-  if (access == Access::read_write) require_writable(path);
+  if (access == Access::read_write) require_writable(path, !fec && std::filesystem::exists(st));
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   std::string name = path;
   if (access == Access::read_only) {

@@ -26,6 +26,13 @@ std::string default_db_path() {
   return user.empty() ? "celtune.sqlite" : user;
 }
 
+void require_database(const std::string& path) {
+  std::error_code ec;
+  const bool there = std::filesystem::exists(path, ec);
+  if (ec) fail_env("cannot reach database " + path + ": " + ec.message());
+  if (!there) fail_env("database " + path + " does not exist");
+}
+
 namespace {
 
 struct DbArgs {
@@ -43,15 +50,9 @@ std::string db_path(const DbArgs& a) {
   return d.empty() ? default_db_path() : d;
 }
 
-void require_exists(const std::string& path) {
-  std::error_code ec;
-  const bool there = std::filesystem::exists(path, ec);
-  if (ec) fail_env("cannot reach database " + path + ": " + ec.message());
-  if (!there) fail_env("database " + path + " does not exist");
-}
 
 int do_list(const DbArgs& a) {
-  require_exists(db_path(a));
+  require_database(db_path(a));
   db::Store s(db_path(a), db::Access::read_only);
   const auto best = s.best_entries();
   if (a.json) {
@@ -74,7 +75,7 @@ int do_list(const DbArgs& a) {
 // only once every byte is written, so a failure leaves OUT as it was.
 int do_export(const DbArgs& a) {
   const std::string path = db_path(a);
-  require_exists(path);
+  require_database(path);
   db::Store s(path, db::Access::read_only);
   if (a.out.empty() || a.out == "-") {
     db::export_jsonl(s, std::cout);  // main() checks standard output at the end
@@ -105,7 +106,7 @@ int do_import(const DbArgs& a) {
 int do_merge(const DbArgs& a) {
   if (a.merge_inputs.size() != 2) fail_usage("db merge takes two input databases: A B -o OUT");
   namespace fs = std::filesystem;
-  for (const auto& in : a.merge_inputs) require_exists(in);
+  for (const auto& in : a.merge_inputs) require_database(in);
   // All or nothing: open and read both inputs before OUT is touched, then write
   // everything in one transaction; a new OUT that fails is removed again.
   // OUT may already exist (even be A or B): its rows take part in the merge and

@@ -44,7 +44,7 @@ Action register_report(CLI::App& app) {
   sub->add_option("--device", a->device, "Only this device name (default: every device)");
   return [a] {
     const std::string path = a->db.empty() ? default_db_path() : a->db;
-    if (!std::filesystem::exists(path)) fail_env("database " + path + " does not exist");
+    require_database(path);
     db::Store s(path, db::Access::read_only);
     std::error_code ec;
     std::filesystem::create_directories(a->out, ec);

@@ -114,7 +114,7 @@ Action register_validate(CLI::App& app) {
                  "--config");
     if (a->all_configs && !a->config.empty()) fail_usage("--all-configs and --config both choose the configs; use one");
     if (!a->from_db.empty()) {
-      if (!std::filesystem::exists(a->from_db)) fail_env("database " + a->from_db + " does not exist");
+      require_database(a->from_db);
       db::Store store(a->from_db, db::Access::read_only);
       uint64_t s = seed;
       for (const auto& b : store.best_entries()) {

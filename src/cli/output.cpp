@@ -88,10 +88,10 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
   std::string tmp = path + ".XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
-  const bool mode_ok = ::fchmod(fd, mode) == 0;
+  const int mode_err = ::fchmod(fd, mode) == 0 ? 0 : errno;
   ::close(fd);
   try {
-    if (!mode_ok) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(errno));
+    if (mode_err) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(mode_err));
     {
       std::ofstream f(tmp, std::ios::trunc);
       body(f);

@@ -31,6 +31,13 @@ double cost(const std::vector<size_t>& i) {
   const double deep = 5 + (a - 5) * (a - 5) * 3 + b * b * 3;
   return std::min(trap, deep) + 0.1 * c;
 }
+// The 6×6 (a, b) plane of the grid at c = 0, every point valid.
+std::vector<Candidate> plane() {
+  std::vector<Candidate> cands;
+  for (size_t a = 0; a < 6; ++a)
+    for (size_t b = 0; b < 6; ++b) cands.push_back({{a, b, 0}, KernelConfig{}});
+  return cands;
+}
 }  // namespace
 
 TEST_CASE("guided search reaches the exhaustive best with at most 30% of the evaluations") {
@@ -66,9 +73,7 @@ TEST_CASE("guided search reaches the exhaustive best with at most 30% of the eva
 
 TEST_CASE("exhaustive evaluates everything once; random exactly its budget") {
   const SearchSpace s = space();
-  std::vector<Candidate> cands;
-  for (size_t a = 0; a < 6; ++a)
-    for (size_t b = 0; b < 6; ++b) cands.push_back({{a, b, 0}, KernelConfig{}});
+  const std::vector<Candidate> cands = plane();
   std::multiset<size_t> seen;
   run_strategy(Strategy::exhaustive, s, cands, [&](size_t i) { seen.insert(i); return 1.0; }, 5, 0, 1);
   CHECK(seen.size() == cands.size());
@@ -167,9 +172,7 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
 
 TEST_CASE("guided search measures the seeds right after its start") {
   const SearchSpace s = space();
-  std::vector<Candidate> cands;
-  for (size_t a = 0; a < 6; ++a)
-    for (size_t b = 0; b < 6; ++b) cands.push_back({{a, b, 0}, KernelConfig{}});
+  const std::vector<Candidate> cands = plane();
   std::vector<size_t> order;
   run_strategy(Strategy::guided, s, cands, [&](size_t i) { order.push_back(i); return 1.0; }, 10, 3, 7, {30, 17});
   REQUIRE(order.size() >= 3);

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] …
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/celtune-out}
@@ -140,6 +140,40 @@ for s in $steps; do
       $B/celtune bench --shape 8192,768,50257 --no-ce \
         --config '{}' --config '{"v_chunk":8192}' --config "{$fw}" >"$OUT/fused_gpt2.txt" 2>&1
       note "gpt2 odd V: exit $?"; cat "$OUT/fused_gpt2.txt"
+      ;;
+    variants)
+      # The logits GEMM's table rows side by side (sm90/variants.hpp): each checked
+      # against the GPU reference at Llama-3-8B and at Gemma-2-2B with bias and
+      # label smoothing, then timed forward (N = 4096, 16384; Gemma-2-2B) and
+      # forward+backward (768 and 1536-row chunks, dW on cuBLASLt).
+      vs=$(awk '/define CELTUNE_SM90_LOGITS_VARIANTS/,/define CELTUNE_SM90_DW_VARIANTS/' kernels/flce/sm90/variants.hpp |
+           grep -v DW_VARIANTS | grep -o '"[^"]*"' | tr -d '"')
+      fw() { echo "{\"impl\":\"fused\",\"logits_kernel\":\"$1\"${2:+,\"row_chunk\":$2}}"; }
+      fb() { echo "{\"v_chunk\":0,\"row_chunk\":$2,\"dw_acc_fp32\":false,\"impl\":\"fused\",\"block_size\":2048,\"threads\":256,\"dw_kernel\":\"cublaslt\",\"logits_kernel\":\"$1\"}"; }
+      fwc=(); fbc=(); fbc2=(); fgc=()
+      for v in $vs; do
+        $B/celtune validate --model llama3-8b --tokens 4096 --mode fwd fwdbwd --config "$(fb $v 768)" --seed 7 \
+          >"$OUT/variants_validate_$v.txt" 2>&1
+        note "variant $v validate llama3-8b: exit $? $(tail -1 "$OUT/variants_validate_$v.txt")"
+        $B/celtune validate --model gemma2-2b --tokens 2048 --mode fwd fwdbwd --bias --label-smoothing 0.1 \
+          --config "$(fb $v 512)" --seed 7 >"$OUT/variants_validate_gemma_$v.txt" 2>&1
+        note "variant $v validate gemma2-2b: exit $? $(tail -1 "$OUT/variants_validate_gemma_$v.txt")"
+        fwc+=(--config "$(fw $v)"); fbc+=(--config "$(fb $v 768)") fbc2+=(--config "$(fb $v 1536)")
+        fgc+=(--config "$(fb $v 1024)")
+      done
+      for n in 4096 16384; do
+        $B/celtune bench --shape $n,4096,128256 --mode fwd --no-ce --no-unfused --runs 30 "${fwc[@]}" \
+          >>"$OUT/variants_fwd.txt" 2>&1; note "variants fwd N=$n: exit $?"
+      done
+      $B/celtune bench --model gemma2-2b --tokens 4096 --mode fwd --no-ce --no-unfused --runs 30 "${fwc[@]}" \
+        >>"$OUT/variants_fwd.txt" 2>&1; note "variants fwd gemma2-2b: exit $?"
+      for n in 4096 8192; do
+        $B/celtune bench --shape $n,4096,128256 --no-ce --no-unfused "${fbc[@]}" "${fbc2[@]}" \
+          >>"$OUT/variants_fwdbwd.txt" 2>&1; note "variants fwdbwd N=$n: exit $?"
+      done
+      $B/celtune bench --model gemma2-2b --tokens 4096 --no-ce --no-unfused "${fgc[@]}" \
+        >>"$OUT/variants_fwdbwd.txt" 2>&1; note "variants fwdbwd gemma2-2b: exit $?"
+      cat "$OUT/variants_fwd.txt" "$OUT/variants_fwdbwd.txt"
       ;;
     peers)
       # torch.compile of the plain PyTorch FLCE, the everyday peer, same method.

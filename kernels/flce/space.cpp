@@ -26,6 +26,32 @@ std::vector<int64_t> dw_rows(bool used) {
   if (used) out.push_back(static_cast<int64_t>(std::size(kSm90DwVariantNames)));
   return out;
 }
+
+// The fused forward+backward seed: the default's chunks and accumulators, its row
+// chunk down to whole clusters of the logits GEMM (variants.hpp) so no padding
+// rows are computed, and further while the fused path's extra scratch (the
+// statistics partials, 8 bytes a row and BLOCK_N columns, 4 more with label
+// smoothing; the target logits, 4 bytes a token) would not fit the default's
+// tile budget. At Qwen2.5-7B's 768 rows they took the seed to 259 MiB, past
+// tune's 256, and it was never measured.
+KernelConfig fused_seed(const Problem& p, KernelConfig f) {
+  f.impl = KernelConfig::Impl::fused;
+  const int64_t cluster_rows = kSm90LogitsClusterRows[0];
+  const int64_t rc0 = f.row_chunk_for(p);
+  if (rc0 < cluster_rows) return f;
+  const int64_t tile_row = (f.v_chunk_for(p) + 127) / 128 * 128 * dtype_bytes(p.dtype);  // flce.cu's layout
+  const int64_t part_row =
+      (p.vocab + kSm90LogitsBlockN[0] - 1) / kSm90LogitsBlockN[0] * (p.loss.label_smoothing > 0 ? 12 : 8);
+  const int64_t room = flce_tile_budget(p) - 4 * p.tokens - 4096;  // 4 KiB: pieces start on 256-byte boundaries
+  int64_t rc = rc0 / cluster_rows * cluster_rows;
+  while (rc > cluster_rows && rc * (tile_row + part_row) > room) rc -= cluster_rows;
+  f.row_chunk = rc >= p.tokens ? 0 : rc;
+  // Rows split where the default's were not: dW accumulates, in fp32 only where
+  // that accumulator fits beside the tile (default_config's rule).
+  if (rc0 >= p.tokens && f.row_chunk != 0)
+    f.dw_acc_fp32 = f.dx_acc_fp32 = p.vocab * p.hidden * 4 + rc * (tile_row + part_row) <= room;
+  return f;
+}
 }  // namespace
 
 KernelConfig flce_fused_forward(const Problem& p) {
@@ -54,10 +80,7 @@ SearchSpace flce_space(const Problem& p) {
     if (std::find(values.begin(), values.end(), v) == values.end()) values.insert(values.end() - 1, v);
     return values;
   };
-  // The fused seed's row chunk: the default's, down to whole clusters of the
-  // logits GEMM (variants.hpp), so no padding rows are computed.
-  const int64_t cluster_rows = kSm90LogitsClusterRows[0];
-  const int64_t fused_rc = def.row_chunk >= cluster_rows ? def.row_chunk / cluster_rows * cluster_rows : def.row_chunk;
+  const int64_t fused_rc = fused_seed(p, def).row_chunk;
   const int64_t fwd_rc = flce_fused_forward(p).row_chunk;
   s.params = {
       {"v_chunk", with({8192, 32768, 0}, def.v_chunk), [](KernelConfig& c, int64_t v) { c.v_chunk = v; }},
@@ -87,9 +110,10 @@ SearchSpace flce_space(const Problem& p) {
        }},
   };
   // Seeds: the default as a grid point (one accumulator switch for dW and dX),
-  // and its fused counterparts: in forward the statistics-only GEMM over all rows
-  // at once (1.01× one GEMM against the cuBLASLt default's 1.12× for Llama-3-8B
-  // on the H100), in forward+backward the default's chunks with dW on either
+  // and its fused counterparts: in forward the statistics-only GEMM in row chunks
+  // of 32 MiB of X (flce_fused_forward: 1.01× one GEMM against the cuBLASLt
+  // default's 1.12× for Llama-3-8B on the H100), in forward+backward the
+  // default's chunks within the same scratch (fused_seed) with dW on either
   // library. Where the backend cannot run one it is not in the grid, and guided
   // search skips it.
   KernelConfig grid_def = def;
@@ -97,12 +121,10 @@ SearchSpace flce_space(const Problem& p) {
   grid_def.dx_acc_fp32 = grid_def.dw_acc_fp32 = accumulates ? def.dw_acc_fp32 : true;
   s.seeds.push_back(grid_def);
   if (p.dtype != DType::fp32) {
-    KernelConfig f = grid_def;
-    f.impl = KernelConfig::Impl::fused;
     if (!bwd) {
       s.seeds.push_back(flce_fused_forward(p));
     } else {
-      f.row_chunk = fused_rc;
+      KernelConfig f = fused_seed(p, grid_def);
       s.seeds.push_back(f);
       f.dw_kernel = kDwOnCublaslt;
       s.seeds.push_back(f);

@@ -74,6 +74,14 @@ KernelConfig ce_default(const Problem& p, KernelConfig c) {
 }
 }  // namespace
 
+int64_t flce_tile_budget(const Problem& p) {
+  // The tile shares the 224 MiB with the per-row softmax state (4 floats a
+  // token) and the counters, so a tile that divides exactly cannot push the
+  // default past the 256 MiB that tune's --max-scratch enforces by default.
+  constexpr int64_t kTileBytes = int64_t{224} << 20;
+  return kTileBytes - 16 * p.tokens - 4096;
+}
+
 KernelConfig default_config(const Problem& p) {
   // Measured on an H100 (docs/results.md, 2026-11-22): tiles of 2048 with 256
   // threads read logits at 93% of copy bandwidth.
@@ -87,12 +95,8 @@ KernelConfig default_config(const Problem& p) {
   // On the H100 this ran at 1.12x the three-GEMM floor for Llama-3-8B shapes,
   // where two passes (four GEMMs) cannot beat 1.33x. Only when a row chunk would
   // fall under 128 rows (V beyond ~900k in bf16) do vocabulary chunks take over.
-  constexpr int64_t kTileBytes = int64_t{224} << 20;
   const int64_t bytes = dtype_bytes(p.dtype);
-  // The tile shares the 224 MiB with the per-row softmax state (4 floats a
-  // token) and the counters, so a tile that divides exactly cannot push the
-  // default past the 256 MiB that tune's --max-scratch enforces by default.
-  const int64_t tile_budget = kTileBytes - 16 * p.tokens - 4096;
+  const int64_t tile_budget = flce_tile_budget(p);
   if (p.mode == Mode::forward) {
     // Forward only has no second pass, so vocabulary chunks cost nothing extra:
     // tall row chunks and as many columns as the budget allows. On the H100 this

@@ -83,6 +83,11 @@ void validate_config(const Problem& p, const KernelConfig& c);
 // 256 MiB of scratch; otherwise vocabulary chunks that keep the GEMMs large.
 KernelConfig default_config(const Problem& p);
 
+// The bytes of scratch flce's default gives its tile (and what the tile must
+// share: accumulators, the fused path's partials): 224 MiB less the row state,
+// so that with cuBLASLt's 32 MiB workspace the whole stays within 256 MiB.
+int64_t flce_tile_budget(const Problem& p);
+
 std::string to_string(const KernelConfig& c);  // compact one-line form
 std::ostream& operator<<(std::ostream&, const KernelConfig&);
 void to_json(nlohmann::json&, const KernelConfig&);

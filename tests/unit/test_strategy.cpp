@@ -147,6 +147,41 @@ TEST_CASE("the flce space's seeds are grid points: the default and its fused cou
       }
 }
 
+TEST_CASE("the fused forward+backward seed keeps to the default's scratch, partials included") {
+  // Mirrors the CUDA backend's fused layout (kernels/flce/flce.cu): row state (16 B
+  // a token), the tile (leading dimension v_chunk rounded up to 128), the target
+  // logits (4 B a token), the statistics partials ([V / BLOCK_N] × rows padded to
+  // BLOCK_M, 8 B each, 4 more with label smoothing), a fp32 dW accumulator when
+  // asked, and cuBLASLt's 32 MiB workspace (dX runs there). Qwen2.5-7B's seed once
+  // took 259 MiB, past tune's 256, and was never measured.
+  const int bn = kSm90LogitsBlockN[0], bm = kSm90LogitsBlockM[0];
+  for (int64_t V : {32000, 50257, 128256, 152064, 256000})
+    for (int64_t H : {768, 2304, 3584, 4096, 8192})
+      for (int64_t N : {1024, 4096, 8192, 32768})
+        for (double eps : {0.0, 0.1}) {
+          Problem p;
+          p.family = Family::flce, p.tokens = N, p.hidden = H, p.vocab = V, p.mode = Mode::forward_backward;
+          p.loss.label_smoothing = eps;
+          CAPTURE(p.key());
+          const SearchSpace s = flce_space(p);
+          REQUIRE(s.seeds.size() == 3u);
+          const KernelConfig& f = s.seeds[1];
+          CAPTURE(to_string(f));
+          const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
+          const int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
+          int64_t bytes = 16 * N + 16 + rc * ld * 2 + 4 * N + parts + (int64_t{32} << 20);
+          if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
+          CHECK(bytes <= (int64_t{256} << 20));
+          if (f.row_chunk) CHECK(f.row_chunk % kSm90LogitsClusterRows[0] == 0);  // whole clusters
+        }
+  // Llama-3-8B keeps its 768 rows; Qwen2.5-7B drops to 512.
+  Problem p;
+  p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward_backward;
+  CHECK(flce_space(p).seeds[1].row_chunk == 768);
+  p.hidden = 3584, p.vocab = 152064;
+  CHECK(flce_space(p).seeds[1].row_chunk == 512);
+}
+
 TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward where the device runs it") {
   Problem p;
   p.family = Family::flce, p.tokens = 16384, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward;

@@ -51,11 +51,17 @@ struct Candidate {
 // whose X stays in L2 (flce/space.cpp says why); a seed of the flce space.
 KernelConfig flce_fused_forward(const Problem& p);
 
+// Forward+backward flce on the fused path with the default's chunks, within the
+// same scratch (partials included), dW on cuBLASLt; a seed of the flce space.
+KernelConfig flce_fused_forward_backward(const Problem& p);
+
 // The built-in default on a device: default_config(p), except where the fused
-// path measured faster everywhere and the device runs it (`runs`): forward flce
-// in 16-bit takes flce_fused_forward (Llama-3-8B N=4096 on the H100: 1.02× one
-// GEMM against 1.14× for the cuBLASLt default; Gemma-2-2B, GPT-2 likewise ahead).
-// The runtime, bench and tune all start from this.
+// path measured faster and the device runs it (`runs`), in 16-bit: forward flce
+// takes flce_fused_forward (Llama-3-8B N=4096 on the H100: 1.02× one GEMM
+// against 1.14× for the cuBLASLt default; Gemma-2-2B, GPT-2 likewise ahead), and
+// forward+backward at H ≥ 4096 with V ≥ 65536 takes flce_fused_forward_backward
+// (flce/space.cpp gives the measurements). The runtime, bench and tune all
+// start from this.
 KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs);
 
 SearchSpace ce_space(const Problem& p);

@@ -70,6 +70,22 @@ KernelConfig flce_fused_forward(const Problem& p) {
   return f;
 }
 
+// The default as a grid point: one accumulator switch for dW and dX, both fp32
+// where nothing accumulates (the grid's constraint).
+KernelConfig grid_default(const Problem& p) {
+  KernelConfig c = default_config(p);
+  const bool accumulates = p.mode == Mode::forward_backward && p.dtype != DType::fp32 &&
+                           (c.row_chunk_for(p) < p.tokens || !c.one_pass(p));
+  c.dx_acc_fp32 = c.dw_acc_fp32 = accumulates ? c.dw_acc_fp32 : true;
+  return c;
+}
+
+KernelConfig flce_fused_forward_backward(const Problem& p) {
+  KernelConfig f = fused_seed(p, grid_default(p));
+  f.dw_kernel = kDwOnCublaslt;
+  return f;
+}
+
 SearchSpace flce_space(const Problem& p) {
   SearchSpace s;
   const bool bwd = p.mode == Mode::forward_backward;
@@ -116,18 +132,14 @@ SearchSpace flce_space(const Problem& p) {
   // default's chunks within the same scratch (fused_seed) with dW on either
   // library. Where the backend cannot run one it is not in the grid, and guided
   // search skips it.
-  KernelConfig grid_def = def;
-  const bool accumulates = bwd && p.dtype != DType::fp32 && (def.row_chunk_for(p) < p.tokens || !def.one_pass(p));
-  grid_def.dx_acc_fp32 = grid_def.dw_acc_fp32 = accumulates ? def.dw_acc_fp32 : true;
+  const KernelConfig grid_def = grid_default(p);
   s.seeds.push_back(grid_def);
   if (p.dtype != DType::fp32) {
     if (!bwd) {
       s.seeds.push_back(flce_fused_forward(p));
     } else {
-      KernelConfig f = fused_seed(p, grid_def);
-      s.seeds.push_back(f);
-      f.dw_kernel = kDwOnCublaslt;
-      s.seeds.push_back(f);
+      s.seeds.push_back(fused_seed(p, grid_def));
+      s.seeds.push_back(flce_fused_forward_backward(p));
     }
   }
   s.constraint = [](const Problem& pr, const KernelConfig& c, std::string* why) {

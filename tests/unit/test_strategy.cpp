@@ -197,8 +197,31 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(device_default(p, yes).row_chunk == 0);  // 21760 rows a chunk, more than N
   p.hidden = 4096;
   CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
+  // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), in the
+  // default's scratch with dW on cuBLASLt; elsewhere the cuBLASLt default.
   p.mode = Mode::forward_backward;
-  CHECK(device_default(p, yes) == default_config(p));
+  for (int64_t h : {4096, 8192})
+    for (int64_t n : {1024, 4096, 32768}) {
+      Problem q = p.with_tokens(n);
+      q.hidden = h;
+      CAPTURE(q.key());
+      const KernelConfig b = device_default(q, yes);
+      CHECK(b.impl == KernelConfig::Impl::fused);
+      CHECK(b.dw_kernel == kDwOnCublaslt);
+      CHECK(b.row_chunk == 768);
+      CHECK_FALSE(b.dw_acc_fp32);  // a 2 GiB fp32 dW does not fit 256 MiB
+      CHECK_NOTHROW(validate_config(q, b));
+      CHECK(b == flce_space(q).seeds[2]);  // what tune measures right after the start
+      CHECK(device_default(q, no) == default_config(q));
+    }
+  CHECK(device_default(p.with_tokens(512), yes).row_chunk == 0);  // one chunk, nothing accumulates
+  CHECK(device_default(p.with_tokens(512), yes).dw_acc_fp32);
+  for (const auto& [h, v] : {std::pair{2304, 256000}, std::pair{4096, 32768}, std::pair{3584, 152064}}) {
+    Problem q = p;
+    q.hidden = h, q.vocab = v;
+    CAPTURE(q.key());
+    CHECK(device_default(q, yes) == default_config(q));
+  }
   p.mode = Mode::forward, p.dtype = DType::fp32;
   CHECK(device_default(p, yes) == default_config(p));
   p.dtype = DType::bf16, p.family = Family::ce, p.hidden = 0;

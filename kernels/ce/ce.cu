@@ -32,9 +32,11 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "ce.hpp"
 #include "kernels/cuda_check.hpp"
+#include "kernels/device_math.cuh"
 
 namespace celtune::cuda {
 namespace {
@@ -212,10 +214,34 @@ struct Sweep {
   }
 };
 
+// exp(x − m) from shift_of<T>(m): m·log2 e for 16-bit inputs, m for fp32. The CE
+// kernels are bound by instruction issue on the H200 at short rows
+// (docs/results.md: schedulers busy 87–89% of cycles at V = 32000), so for
+// 16-bit inputs log2 e is folded into one FFMA before ex2; its error grows with
+// |m| (a few 1e-6 relative at |m| ≈ 100), far under their own rounding (4e-3
+// for bf16). fp32 inputs take x − m first, exactly: the folded form failed fp32
+// validation at large logits (dZ off by 1.5e-6 where the bound was ~1e-9 +
+// 5e-5·max|ref|).
+template <typename T>
+__device__ __forceinline__ float shift_of(float m) {
+  if constexpr (std::is_same_v<T, float>)
+    return m;
+  else
+    return m * kLog2e;
+}
+template <typename T>
+__device__ __forceinline__ float exp_shifted(float x, float shift) {
+  if constexpr (std::is_same_v<T, float>)
+    return exp2_approx((x - shift) * kLog2e);
+  else
+    return exp2_approx(fmaf(x, kLog2e, -shift));
+}
+
 // The online update of a thread's (max m, sum-exp d, Σẑ) by one tile's values:
-// bias, softcap, then the fold. Elements k ≥ valid are masked (−inf). The softcap
-// branch is taken once per tile, not per element, and NaN is not tested here:
-// it reaches Σẑ, where the block checks it once (block_partial).
+// bias, softcap, then the fold. Elements k ≥ valid are masked (−inf). Branches on
+// the softcap and on label smoothing are taken once per tile, not per element.
+// NaN is not tested here: max_nan carries it into m and d, where the block
+// checks once (block_partial). Σẑ is only needed under label smoothing.
 template <typename T, int ELEMS>
 __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int64_t valid, float (&x)[ELEMS], float& tm,
                                           float& td, float& tzs) {
@@ -228,19 +254,23 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
   float lm = kNegInf;
 #pragma unroll
   for (int k = 0; k < ELEMS; ++k) {
-    if (k < valid) {
-      lm = fmaxf(lm, x[k]);  // fmaxf drops NaN; Σẑ carries it
-      tzs += x[k];
-    } else {
+    if (k < valid)
+      lm = max_nan(lm, x[k]);
+    else
       x[k] = kNegInf;  // softcap made the masked −inf finite again
-    }
   }
-  const float nm = fmaxf(tm, lm);
+  if (p.label_smoothing > 0.0f) {
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k)
+      if (k < valid) tzs += x[k];
+  }
+  const float nm = max_nan(tm, lm);
   if (nm == kNegInf) return;
+  const float shift = shift_of<T>(nm);
   float acc = 0.0f;
 #pragma unroll
-  for (int k = 0; k < ELEMS; ++k) acc += __expf(x[k] - nm);  // masked: exp(−inf) = 0
-  td = td * __expf(tm - nm) + acc;
+  for (int k = 0; k < ELEMS; ++k) acc += exp_shifted<T>(x[k], shift);  // masked: exp(−inf) = 0
+  td = td * exp_shifted<float>(tm, nm) + acc;
   tm = nm;
 }
 
@@ -308,12 +338,10 @@ struct Partial {
 // The block's Partial from every thread's statistics; valid in thread 0.
 __device__ __forceinline__ Partial block_partial(ThreadStats t) {
   // NaN inputs must give a NaN loss (as PyTorch): poison d, and give m a finite
-  // value so the merges below do not skip this thread as empty. A NaN anywhere in
-  // the thread's values is a NaN in its Σẑ.
-  if (isnan(t.zs)) {
-    t.d = NAN;
-    if (t.m == kNegInf) t.m = 0.0f;
-  }
+  // value so the merges below (fmaxf, which drops NaN) do not skip this thread as
+  // empty. A NaN anywhere in the thread's values is a NaN in its m (max_nan) or
+  // its d (+inf beside −inf: exp(inf − inf)).
+  if (isnan(t.m) || isnan(t.d)) t.d = NAN, t.m = 0.0f;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const float om = __shfl_xor_sync(0xffffffffu, t.m, off), od = __shfl_xor_sync(0xffffffffu, t.d, off);
@@ -364,38 +392,43 @@ __device__ __forceinline__ float row_loss(const LossParams& p, float L, float zs
 }
 
 // dZ = c·((1+2λL)p − (1−ε)[j=y] − ε/V)·(1 − (ẑ/s)²) for one row once L is final:
-// applied to a thread's ELEMS logits starting at the row's column `start`.
+// applied to a thread's ELEMS logits starting at the row's column `start`. The
+// constants are folded once a row, so an element costs one FFMA after its
+// exponential; the target term only in the thread whose elements hold it, in
+// fp32 before rounding dZ. (grad_kernel_80 caps registers at 80: keep the state
+// this small.)
 template <typename T, int ELEMS>
 struct GradOp {
   const LossParams& p;
-  float L, c, coef, smooth;
-  int64_t v0, y_local;  // the span's first problem column; the target's column in it
-  __device__ __forceinline__ GradOp(const LossParams& lp, float L_, float c_, int64_t v0_, int64_t y)
-      : p(lp), L(L_), c(c_), coef(1.0f + 2.0f * lp.z_loss * L_), smooth(lp.label_smoothing / static_cast<float>(lp.vocab)),
+  float shift, cp, c_smooth, c_target;  // shift_of<T>(L); c(1+2λL); cε/V; c(1−ε)
+  int64_t v0, y_local;                  // the span's first problem column; the target's column in it
+  __device__ __forceinline__ GradOp(const LossParams& lp, float L, float c, int64_t v0_, int64_t y)
+      : p(lp), shift(shift_of<T>(L)), cp(c * (1.0f + 2.0f * lp.z_loss * L)),
+        c_smooth(c * (lp.label_smoothing / static_cast<float>(lp.vocab))), c_target(c * (1.0f - lp.label_smoothing)),
         v0(v0_), y_local(y - v0_) {}
   __device__ __forceinline__ void operator()(int64_t start, float (&x)[ELEMS], int64_t valid) const {
-    if (c == 0.0f) {
+    // c = 0 (an ignored token): zeros, whatever the logits hold (NaN included).
+    if (cp == 0.0f && c_smooth == 0.0f && c_target == 0.0f) {
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
       return;
     }
     add_bias<T, ELEMS>(p, v0 + start, valid, x);
-    const float s = p.softcap, eps = p.label_smoothing;
+    // The target's index among this thread's elements, or ELEMS when elsewhere.
+    const uint64_t yk = static_cast<uint64_t>(y_local - start);
+    const int ty = yk < static_cast<uint64_t>(ELEMS) ? static_cast<int>(yk) : ELEMS;
+    const float s = p.softcap;
     if (s > 0.0f) {
+      const float inv_s = 1.0f / s;
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) {
-        const float z = softcap(x[k], s);
-        float g = coef * __expf(z - L) - smooth;
-        if (start + k == y_local) g -= 1.0f - eps;  // in fp32, before rounding dZ
-        x[k] = c * g * (1.0f - (z / s) * (z / s));
+        const float z = softcap(x[k], s), t = z * inv_s;
+        const float g = fmaf(cp, exp_shifted<T>(z, shift), k == ty ? -c_smooth - c_target : -c_smooth);
+        x[k] = g * fmaf(-t, t, 1.0f);
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < ELEMS; ++k) {
-        float g = coef * __expf(x[k] - L) - smooth;
-        if (start + k == y_local) g -= 1.0f - eps;
-        x[k] = c * g;
-      }
+      for (int k = 0; k < ELEMS; ++k) x[k] = fmaf(cp, exp_shifted<T>(x[k], shift), k == ty ? -c_smooth - c_target : -c_smooth);
     }
   }
 };
@@ -633,7 +666,9 @@ __global__ void grad_kernel(TileView v, LossParams p, const float* lse, int64_t 
 // SM; capped at 80 (no spills, ptxas -v) three do, and the H100 wrote dZ 1–7%
 // faster (docs/results.md, 2026-11-23). The cap is not applied to every ELEMS:
 // where it exceeds the compiler's own count, ptxas spends the headroom and
-// occupancy falls.
+// occupancy falls. With GradOp's folded constants (85 registers uncapped) the
+// cap spills 12 bytes a thread outside the element loop: to be timed against
+// the uncapped kernel on the next GPU run.
 template <typename T>
 __global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
   grad_segment<T, 16>(v, p, lse, seg, splits);

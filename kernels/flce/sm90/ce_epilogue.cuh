@@ -29,6 +29,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/detail.hpp"
+#include "kernels/device_math.cuh"
 #include "kernels/flce/sm90/fused.hpp"
 
 namespace celtune::cuda::sm90 {
@@ -43,16 +44,7 @@ CUTE_HOST_DEVICE constexpr auto rowcol(Layout l) {
   return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
 }
 
-// 2^x on the special-function unit (ex2.approx: 2 ulp, flushes denormal results
-// to zero, which an exponential's sum never misses). exp2f without fast-math
-// wraps the same instruction in range checks: in an epilogue that runs it for
-// every logit, those instructions are the cost.
-CUTLASS_DEVICE float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-CUTLASS_DEVICE float exp_fast(float x) { return exp2_approx(x * 1.4426950408889634f); }
+CUTLASS_DEVICE float exp_fast(float x) { return exp2_approx(x * kLog2e); }
 
 // s·tanh(x/s) given 1/s, with one exp2 and one reciprocal: tanh|t| = (1 − e)/(1 + e),
 // e = exp(−2|t|) ∈ (0, 1], so nothing overflows. Absolute error ≈ 1e-7·s, the

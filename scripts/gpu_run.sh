@@ -291,7 +291,8 @@ for s in $steps; do
       ;;
     presets)
       # The shipped database: every model preset at N = 1024…32768, forward+
-      # backward (the training step), guided with a budget of 12 evaluations.
+      # backward (the training step), guided with a budget of 12 evaluations,
+      # the staged shipped database's winners (the previous tune) measured first.
       #   PRESET_MODELS, PRESET_TOKENS, PRESET_MODES, PRESET_BUDGET, PRESET_RUNS
       #   override the defaults; PRESET_TAG names the output (several calls
       #   share one GPU's rows: merge their JSONL with celtune db import).
@@ -304,7 +305,7 @@ for s in $steps; do
       for m in ${PRESET_MODELS:-llama3-8b llama3-70b qwen2.5-7b gemma2-2b mistral-7b}; do
         if [ $(( $(date +%s) - t0 )) -gt ${PRESET_DEADLINE:-100000} ]; then note "tune $m skipped (deadline)"; continue; fi
         for mode in ${PRESET_MODES:-fwdbwd}; do
-          $B/celtune tune --model $m --tokens ${PRESET_TOKENS:-1024..32768} --mode $mode \
+          $B/celtune tune --model $m --tokens ${PRESET_TOKENS:-1024..32768} --mode $mode --prior $B/lib/celtune.sqlite \
             --budget ${PRESET_BUDGET:-12} --max-runs ${PRESET_RUNS:-10} --db "$OUT/presets.sqlite" >>"$OUT/presets.txt" 2>&1 ||
             note "tune $m $mode failed"
         done

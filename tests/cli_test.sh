@@ -132,6 +132,15 @@ PY
 expect 0 "tune resumes" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3 --json
 python3 -c "import json,sys; l=[json.loads(x) for x in open('$tmp/out')]; assert all(x['reused']==x['evaluated'] for x in l), l" \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a second tune did not reuse stored measurements"; cat "$tmp/out"; }
+# An earlier database as --prior: its best configs for this device and problem
+# are measured first; a missing one is refused before anything is created.
+expect 0 "tune with --prior" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/p.sqlite" \
+  --prior "$tmp/t.sqlite" --min-runs 3 --max-runs 3 --budget 2 --json
+python3 -c "import json,sys; l=[json.loads(x) for x in open('$tmp/out')]; assert len(l)==2 and all(x['prior']==1 for x in l), l" \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune --prior did not measure the earlier winners"; cat "$tmp/out"; }
+expect 3 "tune with a missing --prior" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
+  --db "$tmp/p2.sqlite" --prior "$tmp/nothing.sqlite"
+[ ! -e "$tmp/p2.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused --prior left a database"; }
 expect 0 "db list after tune" -- "$celtune" db --db "$tmp/t.sqlite" list
 contains out "2 best configs" "tune stored one best per problem"
 expect 0 "validate --from-db" -- "$celtune" validate --device cpu --from-db "$tmp/t.sqlite"

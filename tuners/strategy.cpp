@@ -33,7 +33,7 @@ void guided(const SearchSpace& space, const std::vector<Candidate>& cands, const
   };
   Rng rng(seed);
   evaluate(start);
-  for (size_t i : also)  // the space's seeds
+  for (size_t i : also)  // earlier winners, then the space's seeds
     if (i < cands.size() && seen.size() < budget) evaluate(i);
   std::vector<size_t> order(cands.size());
   std::iota(order.begin(), order.end(), 0);

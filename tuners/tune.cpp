@@ -123,13 +123,29 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   };
 
   // Guided search starts from the built-in default when it is in the space.
-  // The space's seeds are measured next, where they are in the grid.
+  // Earlier winners (tune.hpp) are measured next, then the space's seeds, where
+  // they are in the grid.
   const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
   size_t start = cands.size();
   std::vector<size_t> seeds;
+  std::vector<const db::Store*> sources{&store};
+  sources.insert(sources.end(), o.priors.begin(), o.priors.end());
+  for (const db::Store* s : sources)
+    for (const db::BestEntry& b : s->best_for_shape(p)) {
+      if (b.device.name != dev.name || b.problem.key() != p.key()) continue;
+      KernelConfig c = b.config;
+      c.gemm_algos.clear(), c.gemm_algos_cublaslt = 0;
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (cands[i].config == c && std::find(seeds.begin(), seeds.end(), i) == seeds.end()) {
+          seeds.push_back(i);
+          ++res.prior;
+        }
+    }
   for (size_t i = 0; i < cands.size(); ++i) {
     if (cands[i].config == def) start = i;
-    if (std::find(space.seeds.begin(), space.seeds.end(), cands[i].config) != space.seeds.end()) seeds.push_back(i);
+    if (std::find(space.seeds.begin(), space.seeds.end(), cands[i].config) != space.seeds.end() &&
+        std::find(seeds.begin(), seeds.end(), i) == seeds.end())
+      seeds.push_back(i);
   }
   run_strategy(o.strategy, space, cands, eval, prog.total, start < cands.size() ? start : 0, o.seed, seeds);
   res.evaluated = seen.size();

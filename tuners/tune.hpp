@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "db/store.hpp"
 #include "kernels/backend.hpp"
@@ -25,6 +26,10 @@ struct TuneOptions {
   // cuBLASLt candidates per GEMM role tried after the search (the heuristic's
   // first k); 0 or 1 keeps the heuristic's choice and the config version-free.
   int gemm_algos = 4;
+  // Databases besides the one tuned into (opened read-only by the caller) whose
+  // best configs for this device and problem are measured first, as the tuned
+  // database's own are: see tune_problem.
+  std::vector<const db::Store*> priors;
 };
 
 struct TuneProgress {
@@ -40,12 +45,19 @@ struct TuneResult {
   double default_ms = 0, speedup = 0;
   size_t candidates = 0, evaluated = 0, reused = 0, failed = 0;
   size_t algo_evaluated = 0;  // configs with tuned cuBLASLt algorithms measured
+  size_t prior = 0;           // earlier winners found in the search grid and measured first
   double seconds = 0;
 };
 
 const char* kernel_source_hash();
 const char* celtune_version();
 
+// Guided search measures, right after the built-in default, the configs that
+// won before for this device (by name) and problem: the tuned database's best
+// entry and each prior database's, whatever kernels they were tuned with. After
+// a kernel change (a celtune upgrade) the old winner is the likeliest new one,
+// so a small budget re-tunes well. gemm_algos are dropped (the algorithm stage
+// searches them again); a config no longer in the grid is skipped.
 // Throws Error(failure) when no candidate passes the gate.
 TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, const TuneOptions& o,
                         const std::function<void(const TuneProgress&)>& progress = {});

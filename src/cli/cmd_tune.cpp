@@ -29,6 +29,7 @@ struct TuneArgs {
   int64_t seed = 1;
   int min_runs = 5, max_runs = 40;
   int gemm_algos = 4;
+  std::vector<std::string> priors;
   ProblemArgs problem;
 };
 
@@ -87,6 +88,10 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--db", a->db,
                   "Database file (default: $CELTUNE_DB, else $XDG_DATA_HOME/celtune/celtune.sqlite, else "
                   "~/.local/share/celtune/celtune.sqlite)");
+  sub->add_option("--prior", a->priors,
+                  "Database (read only, any celtune version) whose best configs for this GPU and problem guided "
+                  "search measures first, as it does the --db database's own: e.g. the shipped celtune.sqlite, "
+                  "to re-tune after an upgrade with a small --budget. Repeatable");
   sub->add_option("--strategy", a->strategy, "exhaustive, random (with --budget) or guided (coordinate descent)")
       ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
       ->capture_default_str();
@@ -171,7 +176,10 @@ Action register_tune(CLI::App& app) {
       if (!parent.empty() && !std::filesystem::create_directories(parent, ec) && ec)
         fail_env("cannot create the database folder " + parent.string() + ": " + ec.message());
     }
-    { db::Store check(db_path, db::Access::read_write); }  // fail early (exit 3) on an unusable database
+    // Fail early (exit 3) on an unusable database; the priors first, so that a
+    // mistyped --prior leaves no new database behind.
+    for (const auto& prior : a->priors) db::Store check(prior, db::Access::read_only);
+    { db::Store check(db_path, db::Access::read_write); }
 
     const bool bar = !a->json && isatty(2);
     std::mutex out_mu;
@@ -181,6 +189,13 @@ Action register_tune(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     auto worker = [&](Backend* backend) {
       db::Store store(db_path, db::Access::read_write);
+      // Each worker its own connections, as for the tuned database.
+      std::vector<std::unique_ptr<db::Store>> priors;
+      TuneOptions mine = o;
+      for (const auto& prior : a->priors) {
+        priors.push_back(std::make_unique<db::Store>(prior, db::Access::read_only));
+        mine.priors.push_back(priors.back().get());
+      }
       for (size_t i; (i = next++) < problems.size();) {
         const Problem& p = problems[i];
         try {
@@ -195,7 +210,7 @@ Action register_tune(CLI::App& app) {
                       << eta(frac > 0 ? el / frac - el : NAN) << ", best " << fmt("%.3f", pr.best_ms) << " ms ("
                       << pr.best << ")   " << std::flush;
           };
-          TuneResult r = tune_problem(*backend, store, p, o, progress);
+          TuneResult r = tune_problem(*backend, store, p, mine, progress);
           ++finished;
           std::lock_guard lk(out_mu);
           if (bar) std::cerr << "\r" << std::string(120, ' ') << "\r";
@@ -209,6 +224,7 @@ Action register_tune(CLI::App& app) {
                                         {"candidates", r.candidates},
                                         {"evaluated", r.evaluated},
                                         {"gemm_algos_evaluated", r.algo_evaluated},
+                                        {"prior", r.prior},
                                         {"reused", r.reused},
                                         {"failed", r.failed},
                                         {"seconds", r.seconds}}
@@ -248,7 +264,8 @@ Action register_tune(CLI::App& app) {
                fmt("%.3f", r.stats.p20_ms) + "–" + fmt("%.3f", r.stats.p80_ms), fmt("%.3f", r.default_ms),
                fmt("%.3fx", r.speedup),
                std::to_string(r.evaluated) + "/" + std::to_string(r.candidates) +
-                   (r.algo_evaluated ? " +" + std::to_string(r.algo_evaluated) + " algos" : ""),
+                   (r.algo_evaluated ? " +" + std::to_string(r.algo_evaluated) + " algos" : "") +
+                   (r.prior ? ", " + std::to_string(r.prior) + " prior" : ""),
                std::to_string(r.reused), std::to_string(r.failed), fmt("%.1f", r.seconds)});
       std::cout << "devices: ";
       for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";

@@ -4,8 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/space.hpp"
+#include "model/config.hpp"
 #include "tuners/tune.hpp"
 
 using namespace celtune;
@@ -25,7 +28,11 @@ double synthetic_ms(const KernelConfig& c) {
 
 class SyntheticWorkload : public Workload {
  public:
-  double run_timed(const KernelConfig& c) override { return synthetic_ms(c); }
+  explicit SyntheticWorkload(std::function<double(const KernelConfig&)> ms) : ms_(std::move(ms)) {}
+  double run_timed(const KernelConfig& c) override { return ms_(c); }
+
+ private:
+  std::function<double(const KernelConfig&)> ms_;
 };
 
 class SyntheticGpu : public Backend {
@@ -39,11 +46,12 @@ class SyntheticGpu : public Backend {
   void check(const Problem& p, const KernelConfig& c) const override { cpu_->check(p, c); }
   size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override { return cpu_->scratch_bytes(p, c); }
   HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) override { return cpu_->run(p, c, in); }
-  std::unique_ptr<Workload> prepare(const Problem&, uint64_t) override { return std::make_unique<SyntheticWorkload>(); }
+  std::unique_ptr<Workload> prepare(const Problem&, uint64_t) override { return std::make_unique<SyntheticWorkload>(ms); }
   std::vector<std::vector<std::string>> gemm_candidates(const Problem&, const KernelConfig&, int k) override {
     CHECK(k == 3);
     return {{"L0", "L1", "L2"}, {"X0", "X1", "X2"}, {"W0", "W1", "W2"}};
   }
+  std::function<double(const KernelConfig&)> ms = synthetic_ms;
 
  private:
   std::unique_ptr<Backend> cpu_;
@@ -86,4 +94,92 @@ TEST_CASE("the algorithm stage keeps a >1% faster cuBLASLt candidate per role, s
     CHECK(r.best.gemm_algos.empty());
   }
   std::filesystem::remove(path);
+}
+
+TEST_CASE("guided search measures an earlier winner for the same GPU and problem right after the default") {
+  const auto dir = std::filesystem::temp_directory_path() / "celtune-test-tune-prior";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  SyntheticGpu backend;
+  Problem p;
+  p.family = Family::flce, p.tokens = 24, p.hidden = 16, p.vocab = 300, p.dtype = DType::fp32;
+  // The winner: a grid point two or more parameters away from the default, so
+  // that a budget of two (the default and one more) reaches it only as a prior.
+  SpaceLimits limits;
+  limits.scratch_bytes = [&](const Problem& q, const KernelConfig& c) { return backend.scratch_bytes(q, c); };
+  limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
+    return backend.supports(q, c, why);
+  };
+  const SearchSpace space = space_for(p);
+  const auto cands = enumerate(space, p, limits);
+  const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
+  // Guided search starts at the default, or at the first candidate when the
+  // default is off the grid.
+  REQUIRE_FALSE(cands.empty());
+  const Candidate* def_at = &cands.front();
+  for (const auto& c : cands)
+    if (c.config == def) def_at = &c;
+  const Candidate* far = nullptr;
+  for (const auto& c : cands) {
+    size_t differ = 0;
+    for (size_t k = 0; k < c.index.size(); ++k) differ += c.index[k] != def_at->index[k];
+    if (differ >= 2) far = &c;
+  }
+  REQUIRE(far != nullptr);
+  const KernelConfig winner = far->config;
+  backend.ms = [&](const KernelConfig& c) { return c == winner ? 0.5 : synthetic_ms(c); };
+
+  TuneOptions o;
+  o.gemm_algos = 0, o.budget = 2;
+  o.plan.warmup = 1, o.plan.min_runs = 3, o.plan.max_runs = 3, o.plan.ci_target = 0;
+  auto entry = [&](const std::string& device) {
+    db::BestEntry b;
+    b.device = backend.device();
+    b.device.name = device;
+    b.problem = p;
+    b.config = winner;
+    b.config.gemm_algos = {"L9", "X9", "W9"}, b.config.gemm_algos_cublaslt = 120000;  // stripped: searched again
+    b.stats.median_ms = b.stats.p20_ms = b.stats.p80_ms = 0.4, b.stats.samples = 3;
+    b.default_ms = 1.0, b.speedup = 2.5;
+    b.celtune_version = "0.0.1", b.kernel_hash = "0123456789abcdef", b.cublaslt = "12.0.0";
+    b.created_at = "2026-01-01T00:00:00Z";
+    return b;
+  };
+  auto tune = [&](const std::string& name, const std::vector<const db::Store*>& priors) {
+    db::Store store((dir / name).string(), db::Access::read_write);
+    TuneOptions with = o;
+    with.priors = priors;
+    return tune_problem(backend, store, p, with);
+  };
+
+  // Without an earlier winner the budget does not reach it: the premise.
+  TuneResult r = tune("fresh.sqlite", {});
+  CHECK(r.prior == 0);
+  CHECK_FALSE(r.best == winner);
+
+  db::Store prior((dir / "prior.sqlite").string(), db::Access::read_write);
+  prior.put_best(entry(backend.device().name));
+  db::Store other((dir / "other.sqlite").string(), db::Access::read_write);
+  other.put_best(entry("another GPU"));
+  SUBCASE("from a prior database, tuned with other kernels") {
+    r = tune("a.sqlite", {&prior});
+    CHECK(r.prior == 1);
+    CHECK(r.best == winner);
+    CHECK(r.best.gemm_algos.empty());
+  }
+  SUBCASE("from the tuned database's own stale entry") {
+    {
+      db::Store own((dir / "b.sqlite").string(), db::Access::read_write);
+      own.put_best(entry(backend.device().name));
+    }
+    r = tune("b.sqlite", {});
+    CHECK(r.prior == 1);
+    CHECK(r.best == winner);
+  }
+  SUBCASE("not from another GPU's entry") {
+    r = tune("c.sqlite", {&other});
+    CHECK(r.prior == 0);
+    CHECK_FALSE(r.best == winner);
+  }
+  std::filesystem::remove_all(dir);
 }

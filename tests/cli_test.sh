@@ -146,6 +146,9 @@ contains out "2 best configs" "tune stored one best per problem"
 expect 0 "validate --from-db" -- "$celtune" validate --device cpu --from-db "$tmp/t.sqlite"
 contains out "2 passed, 0 failed" "validate checks every stored best config"
 expect 0 "validate --all-configs" -- "$celtune" validate --device cpu --shape 48,16,9000 --all-configs --seed 1
+expect 3 "validate a shape too big for this machine's memory" -- "$celtune" validate --device cpu --family ce \
+  --shape 100000000,0,256000
+contains err "GiB of memory" "the refusal gives the sizes"
 expect 3 "validate --from-db missing" -- "$celtune" validate --device cpu --from-db "$tmp/nothing.sqlite"
 expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
 test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }

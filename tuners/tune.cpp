@@ -130,17 +130,27 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   std::vector<size_t> seeds;
   std::vector<const db::Store*> sources{&store};
   sources.insert(sources.end(), o.priors.begin(), o.priors.end());
+  std::vector<KernelConfig> earlier;
   for (const db::Store* s : sources)
     for (const db::BestEntry& b : s->best_for_shape(p)) {
       if (b.device.name != dev.name || b.problem.key() != p.key()) continue;
       KernelConfig c = b.config;
       c.gemm_algos.clear(), c.gemm_algos_cublaslt = 0;
-      for (size_t i = 0; i < cands.size(); ++i)
-        if (cands[i].config == c && std::find(seeds.begin(), seeds.end(), i) == seeds.end()) {
-          seeds.push_back(i);
-          ++res.prior;
-        }
+      if (std::find(earlier.begin(), earlier.end(), c) == earlier.end()) earlier.push_back(c);
     }
+  for (const KernelConfig& c : earlier) {
+    // The default is measured anyway (the start, or a finalist off the grid).
+    if (c == def) {
+      ++res.prior;
+      continue;
+    }
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].config == c) {
+        seeds.push_back(i);
+        ++res.prior;
+        break;
+      }
+  }
   for (size_t i = 0; i < cands.size(); ++i) {
     if (cands[i].config == def) start = i;
     if (std::find(space.seeds.begin(), space.seeds.end(), cands[i].config) != space.seeds.end() &&

@@ -45,7 +45,7 @@ struct TuneResult {
   double default_ms = 0, speedup = 0;
   size_t candidates = 0, evaluated = 0, reused = 0, failed = 0;
   size_t algo_evaluated = 0;  // configs with tuned cuBLASLt algorithms measured
-  size_t prior = 0;           // earlier winners found in the search grid and measured first
+  size_t prior = 0;           // earlier winners measured: in the grid (first) or the default
   double seconds = 0;
 };
 
@@ -57,7 +57,8 @@ const char* celtune_version();
 // entry and each prior database's, whatever kernels they were tuned with. After
 // a kernel change (a celtune upgrade) the old winner is the likeliest new one,
 // so a small budget re-tunes well. gemm_algos are dropped (the algorithm stage
-// searches them again); a config no longer in the grid is skipped.
+// searches them again); a config no longer in the grid is skipped, the
+// default is measured anyway.
 // Throws Error(failure) when no candidate passes the gate.
 TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, const TuneOptions& o,
                         const std::function<void(const TuneProgress&)>& progress = {});

@@ -184,6 +184,7 @@ Action register_validate(CLI::App& app) {
     // is rewritten in place; piped, one line per finished case, flushed as it
     // ends, so a log shows progress while the run goes on.
     const bool tty = isatty(2);
+    for (const auto& vc : cases) require_host_memory(vc.problem);  // exit 3 before any case runs
     for (const auto& vc : cases) {
       const std::string at = "[" + std::to_string(results.size() + 1) + "/" + std::to_string(cases.size()) + "] ";
       if (tty) std::cerr << "\r\033[K" << at << vc.name << " …" << std::flush;

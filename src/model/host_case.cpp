@@ -32,11 +32,10 @@ void fill_normal(std::vector<float>& v, int64_t rows, int64_t cols, double stdde
 }
 }  // namespace
 
-HostCase make_case(const Problem& p, const CaseSpec& spec) {
-  // The inputs in fp32, targets and upstream gradients: refused with the sizes
-  // when they alone would take more than a quarter of this machine's memory
-  // (results and references take as much again), rather than dying halfway
-  // through of an allocation failure or the out-of-memory killer.
+void require_host_memory(const Problem& p) {
+  // A quarter: results and references take as much again as the inputs; better
+  // refused with the sizes than dying halfway through of an allocation failure
+  // or the out-of-memory killer.
   const double n = static_cast<double>(p.tokens), h = static_cast<double>(p.hidden), v = static_cast<double>(p.vocab);
   const double need = 4.0 * (p.family == Family::ce ? n * v : n * h + v * h + v) + 12.0 * n;
   const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
@@ -44,6 +43,10 @@ HostCase make_case(const Problem& p, const CaseSpec& spec) {
     fail_env("the host copies of " + p.key() + " need " + std::to_string(static_cast<int64_t>(need / (1 << 30))) +
              " GiB; this machine has " + std::to_string(static_cast<int64_t>(phys / (1 << 30))) +
              " GiB of memory (at most a quarter may go to inputs)");
+}
+
+HostCase make_case(const Problem& p, const CaseSpec& spec) {
+  require_host_memory(p);
   Rng rng(spec.seed);
   HostCase c;
   const auto N = static_cast<size_t>(p.tokens);

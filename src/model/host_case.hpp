@@ -33,6 +33,11 @@ struct HostCase {
   int64_t n_valid = 0;
 };
 
+// Error(environment) with the sizes when p's host copies (inputs in fp32,
+// targets, upstream gradients) would take more than a quarter of this machine's
+// memory. make_case checks it; a command checks its cases first, so a shape too
+// big for the machine is the environment's verdict, not a failed case.
+void require_host_memory(const Problem& p);
 HostCase make_case(const Problem& p, const CaseSpec& spec);
 
 // Outputs in float; which vectors are filled depends on family and mode.

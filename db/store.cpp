@@ -22,6 +22,7 @@
 
 #include "db/schema_sql.hpp"
 #include "model/error.hpp"
+#include "model/json_get.hpp"
 
 namespace celtune::db {
 namespace {
@@ -657,7 +658,7 @@ ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      const auto j = nlohmann::json::parse(line);
+      const auto j = parse_json_strict(line);
       const auto kind = j.at("record").get<std::string>();
       if (kind == "best") {
         best.push_back(j.get<BestEntry>());

@@ -191,9 +191,11 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
 KernelConfig parse_config_json(const std::string& text) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json_strict(text);
   } catch (const nlohmann::json::exception& e) {
     fail_usage(std::string("config is not valid JSON: ") + e.what());
+  } catch (const Error& e) {
+    fail_usage(std::string("config: ") + e.what());
   }
   return j.get<KernelConfig>();
 }

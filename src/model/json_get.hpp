@@ -5,7 +5,9 @@
 #pragma once
 
 #include <limits>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +30,21 @@ T json_int(const nlohmann::json& j, const char* key) {
   if (s < static_cast<int64_t>(std::numeric_limits<T>::min()) || s > static_cast<int64_t>(std::numeric_limits<T>::max()))
     fail_usage(std::string("'") + key + "' is out of range: " + v.dump().substr(0, 40));
   return static_cast<T>(s);
+}
+
+// JSON text from outside, parsed with one more check than nlohmann's: a key that
+// appears twice in one object is Error(usage), where nlohmann keeps the last and
+// a hand-edited record or config would silently mean something else.
+inline nlohmann::json parse_json_strict(const std::string& text) {
+  std::vector<std::set<std::string>> open;  // the keys seen, per enclosing object
+  return nlohmann::json::parse(text, [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
+    using E = nlohmann::json::parse_event_t;
+    if (ev == E::object_start) open.emplace_back();
+    if (ev == E::object_end && !open.empty()) open.pop_back();
+    if (ev == E::key && !open.empty() && !open.back().insert(v.get<std::string>()).second)
+      fail_usage("duplicate key '" + v.get<std::string>().substr(0, 40) + "'");
+    return true;
+  });
 }
 
 template <typename T>

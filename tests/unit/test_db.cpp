@@ -193,6 +193,40 @@ TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
   CHECK(s.best_entries().empty());
 }
 
+TEST_CASE("store: import refuses a key given twice in one object, at any depth") {
+  TempDir t;
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  std::ostringstream good;
+  {
+    db::Store src(t.file("src.sqlite"), db::Access::read_write);
+    src.put_best(best(fictional(), 4096, 2.0, 256));
+    db::export_jsonl(src, good);
+  }
+  const std::string line = good.str();
+  for (const std::string& field : {std::string("\"tokens\":4096"), std::string("\"speedup\":")}) {
+    CAPTURE(field);
+    std::string twice = line;
+    const auto at = twice.find(field);
+    REQUIRE(at != std::string::npos);
+    // The same key again right after the first, with another value where it is a number.
+    const auto end = twice.find_first_of(",}", at);
+    const std::string dup = field == "\"tokens\":4096" ? "\"tokens\":8192," : twice.substr(at, end - at) + ",";
+    twice.insert(at, dup);
+    std::istringstream in(twice);
+    try {
+      db::import_jsonl(s, in, "abc123");
+      FAIL("import of a duplicate key succeeded");
+    } catch (const Error& e) {
+      CHECK(e.status() == Status::usage);
+      CHECK(std::string(e.what()).find("duplicate key") != std::string::npos);
+    }
+    CHECK(s.best_entries().empty());
+  }
+  // The same key in two different objects is fine: the untouched line imports.
+  std::istringstream in(line);
+  CHECK(db::import_jsonl(s, in, "abc123").best_kept == 1);
+}
+
 TEST_CASE("store: damaged, foreign and newer databases are refused with an environment error") {
   TempDir t;
   auto refuses = [](const std::string& path, db::Access a) {

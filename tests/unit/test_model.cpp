@@ -87,6 +87,10 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK_THROWS_AS(parse_config_json("{\"block_size\": 4294967296}"), Error);
   CHECK_THROWS_AS(parse_config_json("{\"v_chunk\": 18446744073709551615}"), Error);
   CHECK_THROWS_AS(parse_config_json("{\"threads\": 256.5}"), Error);
+  // A key given twice would mean the last one (nlohmann's rule): refused, named.
+  CHECK_THROWS_WITH_AS(parse_config_json("{\"block_size\": 256, \"block_size\": 512}"),
+                       "config: duplicate key 'block_size'", Error);
+  CHECK(parse_config_json("{\"block_size\": 256, \"threads\": 256}").threads == 256);
 
   Problem p;
   p.tokens = 100, p.hidden = 64, p.vocab = 5000;

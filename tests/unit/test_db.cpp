@@ -65,6 +65,16 @@ std::string export_text(const db::Store& s) {
   return o.str();
 }
 
+// One best entry (N = 4096) as export writes it: the starting point of the
+// import tests that damage a line.
+std::string exported_best(TempDir& t) {
+  std::ostringstream out;
+  db::Store src(t.file("src.sqlite"), db::Access::read_write);
+  src.put_best(best(fictional(), 4096, 2.0, 256));
+  db::export_jsonl(src, out);
+  return out.str();
+}
+
 }  // namespace
 
 TEST_CASE("store: write, read back, and export → import → export is lossless") {
@@ -158,13 +168,7 @@ TEST_CASE("store: a best entry of this build's kernels is never displaced by a f
 TEST_CASE("store: malformed import stores nothing") {
   TempDir t;
   db::Store s(t.file("a.sqlite"), db::Access::read_write);
-  std::ostringstream good;
-  {
-    db::Store src(t.file("src.sqlite"), db::Access::read_write);
-    src.put_best(best(fictional(), 4096, 2.0, 256));
-    db::export_jsonl(src, good);
-  }
-  std::istringstream in(good.str() + "{\"record\": \"best\", \"device\": 7}\n");
+  std::istringstream in(exported_best(t) + "{\"record\": \"best\", \"device\": 7}\n");
   try {
     db::import_jsonl(s, in, "abc123");
     FAIL("import of a malformed line succeeded");
@@ -178,13 +182,7 @@ TEST_CASE("store: malformed import stores nothing") {
 TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
   TempDir t;
   db::Store s(t.file("a.sqlite"), db::Access::read_write);
-  std::ostringstream good;
-  {
-    db::Store src(t.file("src.sqlite"), db::Access::read_write);
-    src.put_best(best(fictional(), 4096, 2.0, 256));
-    db::export_jsonl(src, good);
-  }
-  std::string line = good.str();
+  std::string line = exported_best(t);
   const auto at = line.find("\"tokens\":4096");
   REQUIRE(at != std::string::npos);
   line.replace(at, 14, "\"tokens\":8.5e70");
@@ -196,13 +194,7 @@ TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
 TEST_CASE("store: import refuses a key given twice in one object, at any depth") {
   TempDir t;
   db::Store s(t.file("a.sqlite"), db::Access::read_write);
-  std::ostringstream good;
-  {
-    db::Store src(t.file("src.sqlite"), db::Access::read_write);
-    src.put_best(best(fictional(), 4096, 2.0, 256));
-    db::export_jsonl(src, good);
-  }
-  const std::string line = good.str();
+  const std::string line = exported_best(t);
   for (const std::string& field : {std::string("\"tokens\":4096"), std::string("\"speedup\":")}) {
     CAPTURE(field);
     std::string twice = line;

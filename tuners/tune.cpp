@@ -139,17 +139,10 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
       if (std::find(earlier.begin(), earlier.end(), c) == earlier.end()) earlier.push_back(c);
     }
   for (const KernelConfig& c : earlier) {
-    // The default is measured anyway (the start, or a finalist off the grid).
-    if (c == def) {
-      ++res.prior;
-      continue;
-    }
-    for (size_t i = 0; i < cands.size(); ++i)
-      if (cands[i].config == c) {
-        seeds.push_back(i);
-        ++res.prior;
-        break;
-      }
+    const auto it = std::find_if(cands.begin(), cands.end(), [&](const Candidate& k) { return k.config == c; });
+    if (it != cands.end()) seeds.push_back(static_cast<size_t>(it - cands.begin()));
+    // The default counts off the grid too: it is measured anyway, as a finalist.
+    if (it != cands.end() || c == def) ++res.prior;
   }
   for (size_t i = 0; i < cands.size(); ++i) {
     if (cands[i].config == def) start = i;

@@ -178,7 +178,10 @@ Action register_tune(CLI::App& app) {
     }
     // Fail early (exit 3) on an unusable database; the priors first, so that a
     // mistyped --prior leaves no new database behind.
-    for (const auto& prior : a->priors) db::Store check(prior, db::Access::read_only);
+    for (const auto& prior : a->priors) {
+      require_database(prior);
+      db::Store check(prior, db::Access::read_only);
+    }
     { db::Store check(db_path, db::Access::read_write); }
 
     const bool bar = !a->json && isatty(2);

@@ -357,24 +357,37 @@ int64_t Store::config_id(const KernelConfig& c) {
   return sel.i64(0);
 }
 
-void Store::record(const Measurement& m) {
+namespace {
+constexpr const char* kMeasurementInsert =
+    "INSERT INTO measurements (device_id, problem_id, config_id, kernel_hash, status, reason, median_ms, "
+    "p20_ms, p80_ms, samples, spread, clock_start_mhz, clock_end_mhz, created_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) "
+    "ON CONFLICT (device_id, problem_id, config_id, kernel_hash) ";
+constexpr const char* kMeasurementReplace =
+    "DO UPDATE SET status = excluded.status, reason = excluded.reason, median_ms = excluded.median_ms, "
+    "p20_ms = excluded.p20_ms, p80_ms = excluded.p80_ms, samples = excluded.samples, spread = excluded.spread, "
+    "clock_start_mhz = excluded.clock_start_mhz, clock_end_mhz = excluded.clock_end_mhz, "
+    "created_at = excluded.created_at";
+}  // namespace
+
+bool Store::insert_measurement(const Measurement& m, bool replace) {
+  bool added = false;
   write([&] {
     const int64_t d = device_id(m.device), p = problem_id(m.problem), c = config_id(m.config);
-    Stmt s(db_, path_,
-           "INSERT INTO measurements (device_id, problem_id, config_id, kernel_hash, status, reason, median_ms, "
-           "p20_ms, p80_ms, samples, spread, clock_start_mhz, clock_end_mhz, created_at) "
-           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) "
-           "ON CONFLICT (device_id, problem_id, config_id, kernel_hash) DO UPDATE SET status = excluded.status, "
-           "reason = excluded.reason, median_ms = excluded.median_ms, p20_ms = excluded.p20_ms, "
-           "p80_ms = excluded.p80_ms, samples = excluded.samples, spread = excluded.spread, "
-           "clock_start_mhz = excluded.clock_start_mhz, clock_end_mhz = excluded.clock_end_mhz, "
-           "created_at = excluded.created_at");
+    const std::string sql = std::string(kMeasurementInsert) + (replace ? kMeasurementReplace : "DO NOTHING");
+    Stmt s(db_, path_, sql.c_str());
     s.bind(1, d).bind(2, p).bind(3, c).bind(4, m.kernel_hash).bind(5, m.status).bind(6, m.reason);
     s.bind(7, m.stats.median_ms).bind(8, m.stats.p20_ms).bind(9, m.stats.p80_ms).bind(10, m.stats.samples);
     s.bind(11, m.stats.spread).bind(12, m.clock_start_mhz).bind(13, m.clock_end_mhz).bind(14, m.created_at);
     s.step();
+    added = sqlite3_changes(db_) > 0;
   });
+  return added;
 }
+
+void Store::record(const Measurement& m) { insert_measurement(m, true); }
+
+bool Store::add_measurement(const Measurement& m) { return insert_measurement(m, false); }
 
 void Store::put_best(const BestEntry& b) {
   write([&] {
@@ -677,7 +690,7 @@ ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current
   }
   if (in.bad()) fail_env("error reading the import file; nothing was imported");
   s.write([&] {
-    for (const auto& m : meas) s.record(m), ++n.measurements;
+    for (const auto& m : meas) n.measurements += s.add_measurement(m), ++n.measurements_offered;
     for (const auto& b : best) n.best_kept += s.offer_best(b, current_hash), ++n.best_offered;
   });
   return n;
@@ -696,7 +709,7 @@ ImportCounts merge_into(Store& into, const Store& from, const std::string& curre
     fail_env(std::string("a database to merge holds a damaged row: ") + e.what() + "; nothing was merged");
   }
   into.write([&] {
-    for (const auto& m : meas) into.record(m), ++n.measurements;
+    for (const auto& m : meas) n.measurements += into.add_measurement(m), ++n.measurements_offered;
     for (const auto& b : best) n.best_kept += into.offer_best(b, current_hash), ++n.best_offered;
   });
   return n;

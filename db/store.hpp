@@ -40,8 +40,14 @@ class Store {
   void write(const std::function<void()>& fn);
 
   // Inserts or replaces the measurement with the same (device, problem, config,
-  // kernel hash). Call inside write() to batch, or alone.
+  // kernel hash): tune's own new measurement (--force re-measures). Call inside
+  // write() to batch, or alone.
   void record(const Measurement& m);
+  // Inserts m unless a measurement with the same key is stored; true when added.
+  // Imports and merges: a row already here is never replaced by another
+  // database's (a merged copy whose rows read "failed" turned every stored "ok"
+  // into "failed", and the next tune found nothing that passed).
+  bool add_measurement(const Measurement& m);
   // Stores b unless the entry for the same (device, problem) is better: one
   // measured with `current_hash` (the kernels of this build, which the runtime
   // serves) beats one from other kernels, which lookup skips; otherwise the
@@ -59,6 +65,7 @@ class Store {
                                               const std::string& kernel_hash) const;
 
  private:
+  bool insert_measurement(const Measurement& m, bool replace);
   int64_t device_id(const DeviceInfo& d);
   int64_t problem_id(const Problem& p);
   int64_t config_id(const KernelConfig& c);
@@ -85,7 +92,8 @@ int busy_timeout_ms();
 void export_jsonl(const Store& s, std::ostream& out);
 
 struct ImportCounts {
-  int64_t best_offered = 0, best_kept = 0, measurements = 0;
+  int64_t best_offered = 0, best_kept = 0;
+  int64_t measurements_offered = 0, measurements = 0;  // measurements: added; the others were stored already
 };
 // Error(usage) naming what is impossible in a record: a problem or config that
 // fails validation, times that are not positive and finite, p20 ≤ median ≤ p80

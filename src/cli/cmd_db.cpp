@@ -97,7 +97,8 @@ int do_import(const DbArgs& a) {
   if (!in) fail_env("cannot read " + a.input);
   db::Store s(db_path(a), db::Access::read_write);
   const auto n = db::import_jsonl(s, in, kKernelSourceHash);
-  std::cout << "imported " << n.measurements << " measurements and " << n.best_offered << " best configs ("
+  std::cout << "imported " << n.measurements << " of " << n.measurements_offered
+            << " measurements (the others were stored already) and " << n.best_offered << " best configs ("
             << n.best_kept << " kept: faster, or tuned with this build's kernels where the stored one was not) into "
             << s.path() << '\n';
   return 0;
@@ -124,7 +125,8 @@ int do_merge(const DbArgs& a) {
     out.write([&] {
       for (const auto& src : sources) {
         const auto n = db::merge_into(out, *src, kKernelSourceHash);
-        total.measurements += n.measurements, total.best_offered += n.best_offered, total.best_kept += n.best_kept;
+        total.measurements += n.measurements, total.measurements_offered += n.measurements_offered;
+        total.best_offered += n.best_offered, total.best_kept += n.best_kept;
       }
     });
   } catch (...) {
@@ -132,7 +134,8 @@ int do_merge(const DbArgs& a) {
       for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(a.out + suffix, ec);
     throw;
   }
-  std::cout << "merged " << total.measurements << " measurements and " << total.best_offered << " best configs ("
+  std::cout << "merged " << total.measurements << " of " << total.measurements_offered
+            << " measurements (the others were stored already) and " << total.best_offered << " best configs ("
             << total.best_kept << " won) into " << a.out << '\n';
   return 0;
 }

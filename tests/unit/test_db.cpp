@@ -139,6 +139,39 @@ TEST_CASE("store: merge keeps the faster best per device and problem, and every 
   CHECK(export_text(out) == before);
 }
 
+TEST_CASE("store: import and merge never replace a stored measurement") {
+  // A copy whose rows read "failed" once turned every stored "ok" into "failed"
+  // (the measurement upsert), and the next tune found no config that passed.
+  TempDir t;
+  const auto stored = meas(fictional(), 4096, 256), other = meas(fictional(), 4096, 512);
+  const auto failed = meas(fictional(), 4096, 256, "failed");
+  {
+    db::Store b(t.file("b.sqlite"), db::Access::read_write);
+    b.record(failed);
+    b.record(other);
+  }
+  db::Store a(t.file("a.sqlite"), db::Access::read_write);
+  a.record(stored);
+  {
+    db::Store b(t.file("b.sqlite"), db::Access::read_only);
+    const auto n = db::merge_into(a, b, "abc123");
+    CHECK(n.measurements_offered == 2);
+    CHECK(n.measurements == 1);  // `other` only
+    std::istringstream in(export_text(b));
+    const auto m = db::import_jsonl(a, in, "abc123");
+    CHECK(m.measurements_offered == 2);
+    CHECK(m.measurements == 0);
+  }
+  const auto kept = a.find_measurement(fictional(), problem(4096), stored.config, "abc123");
+  REQUIRE(kept);
+  CHECK(kept->status == "ok");
+  CHECK(kept->stats.median_ms == stored.stats.median_ms);
+  CHECK(a.measurements().size() == 2);
+  // tune's own re-measurement (--force) still replaces its row.
+  a.record(failed);
+  CHECK(a.find_measurement(fictional(), problem(4096), stored.config, "abc123")->status == "failed");
+}
+
 TEST_CASE("store: a best entry of this build's kernels is never displaced by a faster one the runtime skips") {
   TempDir t;
   db::Store s(t.file("a.sqlite"), db::Access::read_write);

@@ -129,6 +129,35 @@ std::string file_uri(const std::string& path, const char* query) {
   }
   return u + query;
 }
+
+// True when the file's header says WAL mode (format versions at bytes 18 and 19
+// are 2; a rollback-journal file has 1). Unreadable or short: false.
+bool wal_header(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  unsigned char h[20];
+  const bool ok = std::fread(h, 1, sizeof h, f) == sizeof h;
+  std::fclose(f);
+  return ok && h[18] == 2 && h[19] == 2;
+}
+
+// A rollback-journal database whose writer died mid-transaction keeps a hot
+// journal, which only a connection that may write rolls back; a read-only one
+// fails with "attempt to write a readonly database". A reader rolls it back
+// first, as any SQLite reader would (the committed state, nothing lost), or says
+// why it cannot. A live writer's journal is not hot: SQLite leaves it alone.
+void recover_hot_journal(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path + "-journal", ec)) return;
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+  const bool readonly = (rc & 0xff) == SQLITE_READONLY || rc == SQLITE_CANTOPEN || rc == SQLITE_PERM;
+  sqlite3_close(db);
+  if (readonly)
+    fail_env("database " + path + " holds an interrupted write (" + path +
+             "-journal) that only a user who may write both can roll back; until then it cannot be read");
+}
 }  // namespace
 
 namespace {
@@ -183,11 +212,16 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
     // readers must not create files. With no -wal present no writer is active,
     // so the file is opened immutable (no lock or journal files at all). With a
     // -wal present a tuner may be writing: open read-only the usual way to see
-    // its committed rows.
+    // its committed rows. A rollback-journal database is read the usual way
+    // (a shared lock, no files): immutable there skipped the lock and the hot
+    // journal's recovery, and read a writer's uncommitted pages (merge copied
+    // rows that were rolled back).
+    recover_hot_journal(path);
     std::error_code ec;
-    const bool writer = std::filesystem::exists(path + "-wal", ec);
+    const bool immutable = wal_header(path) && !std::filesystem::exists(path + "-wal", ec) &&
+                           !std::filesystem::exists(path + "-journal", ec);
     flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
-    name = file_uri(path, writer ? "?mode=ro" : "?mode=ro&immutable=1");
+    name = file_uri(path, immutable ? "?mode=ro&immutable=1" : "?mode=ro");
   }
   if (sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
     std::string m = db_ ? sqlite3_errmsg(db_) : "out of memory";

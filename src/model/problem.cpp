@@ -93,13 +93,18 @@ void Problem::validate() const {
     checked_tensor_elements(vocab, hidden, "V x H (weights)");
   }
   const auto& o = loss;
-  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0))
-    fail_usage("label smoothing must be in [0, 1], got " + format_double(o.label_smoothing));
-  // The kernels take the options as float: beyond FLT_MAX they would be inf.
-  if (!(o.softcap >= 0.0) || !(o.softcap <= FLT_MAX))
-    fail_usage("softcap must be 0 (off) or a positive number up to 3.4e38, got " + format_double(o.softcap));
-  if (!(o.z_loss >= 0.0) || !(o.z_loss <= FLT_MAX))
-    fail_usage("z-loss scale must be ≥ 0 and at most 3.4e38, got " + format_double(o.z_loss));
+  // The kernels take the options as float: beyond FLT_MAX they would be inf, and
+  // below FLT_MIN a positive value is a float denormal or 0: --softcap 1e-46
+  // keyed as "cap0" (no softcap) while the fp64 reference applied it, so its
+  // failed measurements blocked the plain problem's next tune.
+  auto tiny = [](double v) { return v > 0.0 && v < FLT_MIN; };
+  if (!(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0) || tiny(o.label_smoothing))
+    fail_usage("label smoothing must be in [0, 1] (positive values from 1.2e-38), got " + format_double(o.label_smoothing));
+  if (!(o.softcap >= 0.0) || !(o.softcap <= FLT_MAX) || tiny(o.softcap))
+    fail_usage("softcap must be 0 (off) or a positive number from 1.2e-38 up to 3.4e38, got " +
+               format_double(o.softcap));
+  if (!(o.z_loss >= 0.0) || !(o.z_loss <= FLT_MAX) || tiny(o.z_loss))
+    fail_usage("z-loss scale must be 0 or from 1.2e-38 up to 3.4e38, got " + format_double(o.z_loss));
   if (o.ignore_index >= 0 && o.ignore_index < vocab)
     fail_usage("ignore_index " + std::to_string(o.ignore_index) +
                " lies inside [0, V): it would hide real targets");

@@ -67,6 +67,18 @@ TEST_CASE("problem validation names what is wrong") {
   CHECK_FALSE(fails(q));
   q = p, q.loss.softcap = 1e300;  // a float would be inf
   CHECK(fails(q));
+  // A positive option below FLT_MIN is 0 or a denormal as a float: its key
+  // named the problem without the option while the fp64 reference applied it.
+  for (double tiny : {1e-46, 1e-39}) {
+    q = p, q.loss.softcap = tiny;
+    CHECK(fails(q));
+    q = p, q.loss.label_smoothing = tiny;
+    CHECK(fails(q));
+    q = p, q.loss.z_loss = tiny;
+    CHECK(fails(q));
+  }
+  q = p, q.loss.softcap = 1.2e-38, q.loss.z_loss = 1.2e-38;  // normal floats
+  CHECK_FALSE(fails(q));
   CHECK(checked_tensor_elements(int64_t{1} << 23, int64_t{1} << 23, "x") == int64_t{1} << 46);
   CHECK_THROWS_AS(checked_tensor_elements((int64_t{1} << 23) + 1, int64_t{1} << 23, "x"), Error);
 }

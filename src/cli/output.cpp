@@ -1,5 +1,6 @@
 #include "output.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,16 +89,23 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
   std::string tmp = path + ".XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
-  const int mode_err = ::fchmod(fd, mode) == 0 ? 0 : errno;
   ::close(fd);
   try {
-    if (mode_err) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(mode_err));
     {
       std::ofstream f(tmp, std::ios::trunc);
+      if (!f.is_open()) fail_env("cannot open " + tmp + ": " + std::strerror(errno));
       body(f);
       f.close();
       if (!f) fail_env("error writing " + tmp + " (disk full?); " + path + " is unchanged");
     }
+    // The mode last: the old file's 0444 set first made the reopen above fail
+    // (EACCES), reported as a write error.
+    if (::chmod(tmp.c_str(), mode) != 0) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(errno));
+    // On disk before the rename, so a crash leaves the old file or the whole new one.
+    const int sync_fd = ::open(tmp.c_str(), O_RDONLY);
+    const bool synced = sync_fd >= 0 && ::fsync(sync_fd) == 0;
+    if (sync_fd >= 0) ::close(sync_fd);
+    if (!synced) fail_env("cannot flush " + tmp + " to disk: " + std::strerror(errno));
     fs::rename(tmp, path, ec);
     if (ec) fail_env("cannot rename " + tmp + " to " + path + ": " + ec.message());
   } catch (...) {

@@ -343,11 +343,16 @@ mkdir "$tmp/dir.sqlite"
 expect 3 "a directory as the database" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/dir.sqlite"
 contains err "is a directory" "a directory is named as one, not a disk I/O error"
 
-# db export -o: never over the input database, a symlink, a FIFO or a device;
+# db export -o: never over the input database or its journal files, a symlink, a FIFO or a device;
 # a failed export leaves OUT as it was.
 cp "$tmp/a.sqlite" "$tmp/keep.sqlite"
 expect 2 "export over its own database" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a.sqlite"
 cmp -s "$tmp/a.sqlite" "$tmp/keep.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export replaced its own database"; }
+for j in -wal -journal; do
+  expect 2 "export over its own database's $j file" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a.sqlite$j"
+  [ ! -e "$tmp/a.sqlite$j" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export wrote $j"; }
+done
+expect 0 "db list after the refused exports" -- "$celtune" db --db "$tmp/a.sqlite" list
 echo precious >"$tmp/precious" && ln -s "$tmp/precious" "$tmp/link"
 expect 2 "export to a symlink" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/link"
 grep -qx precious "$tmp/precious" && [ -L "$tmp/link" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export followed a symlink"; }

@@ -70,9 +70,10 @@ int do_list(const DbArgs& a) {
   return 0;
 }
 
-// Export never replaces what it should not: the database it reads, a symlink, a
-// FIFO, a device. It writes a temporary file beside OUT and renames it over OUT
-// only once every byte is written, so a failure leaves OUT as it was.
+// Export never replaces what it should not: the database it reads or its
+// journal files, a symlink, a FIFO, a device. It writes a temporary file beside
+// OUT and renames it over OUT only once every byte is written, so a failure
+// leaves OUT as it was.
 int do_export(const DbArgs& a) {
   const std::string path = db_path(a);
   require_database(path);
@@ -84,6 +85,15 @@ int do_export(const DbArgs& a) {
   std::error_code ec;
   if (std::filesystem::exists(a.out, ec) && std::filesystem::equivalent(a.out, path, ec))
     fail_usage("refusing to write the export over the database it reads (" + path + ")");
+  // Nor over its journal files: JSON written as db.sqlite-wal or -journal made
+  // every later reader fail.
+  for (const std::string suffix : {"-wal", "-shm", "-journal"}) {
+    if (a.out.size() <= suffix.size() || a.out.compare(a.out.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string base = a.out.substr(0, a.out.size() - suffix.size());
+    if (std::filesystem::exists(base, ec) && std::filesystem::equivalent(base, path, ec))
+      fail_usage("refusing to write the export over a journal file of the database it reads (" + a.out + ")");
+  }
   write_file_atomic(a.out, [&](std::ostream& f) { db::export_jsonl(s, f); });
   return 0;
 }

@@ -352,6 +352,12 @@ for j in -wal -journal; do
   expect 2 "export over its own database's $j file" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a.sqlite$j"
   [ ! -e "$tmp/a.sqlite$j" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export wrote $j"; }
 done
+# No --db, no CELTUNE_DB, no HOME: exit 3 saying what to set (it wrote a
+# ./celtune.sqlite that the runtime never reads).
+expect 3 "tune with no place for the user's database" -- env -C "$tmp" -u HOME -u XDG_DATA_HOME -u CELTUNE_DB \
+  "$(realpath "$celtune")" tune --device cpu --shape 8,16,200 --min-runs 3 --max-runs 3
+contains err "CELTUNE_DB" "the refusal says what to set"
+[ ! -e "$tmp/celtune.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune wrote ./celtune.sqlite"; }
 expect 0 "db list after the refused exports" -- "$celtune" db --db "$tmp/a.sqlite" list
 echo precious >"$tmp/precious" && ln -s "$tmp/precious" "$tmp/link"
 expect 2 "export to a symlink" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/link"

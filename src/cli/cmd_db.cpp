@@ -23,7 +23,12 @@ namespace celtune::cli {
 std::string default_db_path() {
   if (const char* e = std::getenv("CELTUNE_DB"); e && *e) return e;
   const std::string user = db::user_database_path();
-  return user.empty() ? "celtune.sqlite" : user;
+  // A ./celtune.sqlite fallback was a file the runtime never reads (and, run
+  // from beside libceltune, the shipped database): say what to set instead.
+  if (user.empty())
+    fail_env("no database given, and neither HOME nor XDG_DATA_HOME is set to place the user's database; pass "
+             "--db FILE or set CELTUNE_DB");
+  return user;
 }
 
 void require_database(const std::string& path) {

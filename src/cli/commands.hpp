@@ -21,7 +21,8 @@ Action register_report(CLI::App& app);
 Action register_lookup(CLI::App& app);
 
 // The database a command uses when --db is not given: $CELTUNE_DB, else
-// $XDG_DATA_HOME/celtune/celtune.sqlite, else ~/.local/share/celtune/celtune.sqlite.
+// $XDG_DATA_HOME/celtune/celtune.sqlite, else ~/.local/share/celtune/celtune.sqlite;
+// Error(environment) when none of the three is set.
 std::string default_db_path();
 // Fails (exit 3) unless the database file at `path` exists and can be reached;
 // for readers, which must not create one.

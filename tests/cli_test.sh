@@ -271,6 +271,7 @@ contains err "sm_90 GPU path" "validate says why the backend cannot run it"
 
 # Malformed tune flags are refused (exit 2) before any database is created.
 for bad in "--max-scratch 1.2.3MiB" "--max-scratch 1..MiB" "--shard 0/2junk" "--shard 0junk/2" "--budget -1" \
+           "--budget 18446744073709551616" "--seed -1" "--seed 18446744073709551616" \
            "--device cpu --devices cpu" "--devices cpu,,cpu" "--devices ," "--device bogus" "--strategy exhaustive --budget 3"; do
   # shellcheck disable=SC2086
   expect 2 "tune refuses $bad" -- "$celtune" tune --shape 64,32,1000 --mode fwd --db "$tmp/flags.sqlite" $bad

@@ -26,7 +26,7 @@ struct TuneArgs {
   std::string device, devices, shard, db, strategy = "guided", max_scratch = "256MiB";
   size_t budget = 0;
   bool force = false, json = false;
-  int64_t seed = 1;
+  uint64_t seed = 1;
   int min_runs = 5, max_runs = 40;
   int gemm_algos = 4;
   std::vector<std::string> priors;
@@ -95,20 +95,15 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--strategy", a->strategy, "exhaustive, random (with --budget) or guided (coordinate descent)")
       ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
       ->capture_default_str();
-  // Checked as text first: a size_t option took "-1" as a huge budget.
   auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)")
-                     ->check(CLI::Validator(
-                         [](std::string& v) {
-                           return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos
-                                      ? std::string()
-                                      : "expected a whole number of evaluations ≥ 1, got '" + v + "'";
-                         },
-                         "COUNT"));
+                     ->check(whole_number("COUNT", 1));
   sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
       ->capture_default_str();
   sub->add_flag("--force", a->force, "Re-measure configs the database already holds for this kernel build");
   sub->add_flag("--json", a->json, "One JSON line per finished problem instead of the table");
-  sub->add_option("--seed", a->seed, "Seed of the random inputs and of the search")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the random inputs and of the search")
+      ->check(whole_number("SEED"))
+      ->capture_default_str();
   sub->add_option("--min-runs", a->min_runs, "Timed runs per candidate before the CI test")
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
@@ -120,7 +115,6 @@ Action register_tune(CLI::App& app) {
       ->capture_default_str();
   add_problem_options(sub, a->problem, "both (fwd and fwdbwd)");
   return [a, budget] {
-    if (budget->count() && a->budget == 0) fail_usage("--budget must be at least 1 evaluation");
     if (a->min_runs > a->max_runs)
       fail_usage("--min-runs " + std::to_string(a->min_runs) + " exceeds --max-runs " + std::to_string(a->max_runs));
     TuneOptions o;
@@ -134,7 +128,7 @@ Action register_tune(CLI::App& app) {
     o.budget = a->budget;
     o.max_scratch = parse_size(a->max_scratch);
     o.force = a->force;
-    o.seed = static_cast<uint64_t>(a->seed);
+    o.seed = a->seed;
     o.plan.warmup = 2;
     o.plan.min_runs = a->min_runs;
     o.plan.max_runs = std::max(a->min_runs, a->max_runs);

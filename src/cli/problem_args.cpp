@@ -62,6 +62,19 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
   return out;
 }
 
+CLI::Validator whole_number(const std::string& name, uint64_t min) {
+  return CLI::Validator(
+      [min](std::string& v) {
+        uint64_t x = 0;
+        const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+        return !v.empty() && r.ec == std::errc() && r.ptr == v.data() + v.size() && x >= min
+                   ? std::string()
+                   : "expected a whole number from " + std::to_string(min) + " to 18446744073709551615, got '" + v +
+                         "'";
+      },
+      name);
+}
+
 void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default) {
   app->add_option("--family", a.family, "Kernel family: flce (fused linear CE) or ce (CE on logits)")
       ->check(CLI::IsMember({"flce", "ce"}))

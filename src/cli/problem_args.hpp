@@ -36,6 +36,11 @@ struct ProblemArgs {
   std::vector<std::string> modes;
 };
 
+// A whole number from `min` to 2^64 − 1, checked as text: CLI11 clamped
+// 99999999999999999999 to the largest value and took "-1" into unsigned types,
+// so what ran was not what the user typed. `name` is the help text's placeholder.
+CLI::Validator whole_number(const std::string& name, uint64_t min = 0);
+
 // mode_default: what the subcommand does without --mode, for the help text.
 void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default = "fwdbwd");
 

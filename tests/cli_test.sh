@@ -434,6 +434,10 @@ expect 2 "--shape with --tokens" -- "$celtune" lookup --device cpu --shape 4,8,1
 expect 2 "--shape with --vocab" -- "$celtune" lookup --device cpu --shape 4,8,100 --vocab 300
 expect 0 "--softcap 0 wins over the preset's" -- "$celtune" lookup --device cpu --model gemma2-2b --tokens 64 --softcap 0
 contains out ":cap0:" "an explicit --softcap 0 turns the preset's softcap off"
+expect 0 "a preset for the ce family gives V only" -- "$celtune" lookup --device cpu --family ce --model llama3-8b --tokens 8
+contains out "ce:N8:H0:V128256:" "ce takes the preset's vocabulary and no hidden size"
+expect 0 "a value given twice names one problem" -- "$celtune" lookup --device cpu --shape 8,16,200 --dtype bf16,bf16 --mode fwd,fwd
+[ "$(grep -c '^problem' "$tmp/out")" = 1 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: duplicate values made duplicate problems"; }
 expect 2 "--all-configs with --from-db" -- "$celtune" validate --device cpu --all-configs --from-db "$tmp/t.sqlite"
 expect 2 "--min-runs above --max-runs" -- "$celtune" tune --device cpu --shape 8,16,200 --min-runs 50 --max-runs 10 --db "$tmp/x.sqlite"
 expect 2 "--budget 0" -- "$celtune" tune --device cpu --shape 8,16,200 --budget 0 --db "$tmp/x.sqlite"

@@ -1,6 +1,7 @@
 #include "problem_args.hpp"
 
 #include <charconv>
+#include <set>
 #include <sstream>
 
 #include "model/error.hpp"
@@ -144,7 +145,8 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
       for (const auto& p : model_presets()) names += std::string(names.empty() ? "" : ", ") + p.name;
       fail_usage("unknown model preset '" + a.model + "' (known: " + names + ")");
     }
-    base.hidden = m->hidden, base.vocab = m->vocab, base.loss.softcap = m->softcap;
+    // ce takes the logits, not the hidden states: a preset gives it V only.
+    base.hidden = base.family == Family::ce ? 0 : m->hidden, base.vocab = m->vocab, base.loss.softcap = m->softcap;
   }
   if (!a.shape.empty()) {
     const auto f = split(a.shape, ',');
@@ -171,14 +173,17 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   std::vector<Mode> modes;
   for (const auto& m : a.modes) modes.push_back(*parse_mode(m));
   if (modes.empty()) modes.push_back(Mode::forward_backward);
+  // A value given twice (--dtype bf16,bf16) names one problem: tuned once, and
+  // --shard counts it once.
   std::vector<Problem> out;
+  std::set<std::string> seen;
   for (int64_t n : tokens)
     for (DType d : dtypes)
       for (Mode m : modes) {
         Problem p = base;
         p.tokens = n, p.dtype = d, p.mode = m;
         p.validate();
-        out.push_back(p);
+        if (seen.insert(p.key()).second) out.push_back(p);
       }
   return out;
 }

@@ -107,7 +107,11 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--min-runs", a->min_runs, "Timed runs per candidate before the CI test")
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
-  sub->add_option("--max-runs", a->max_runs, "Cap on timed runs per candidate")->check(CLI::Range(3, 10000))->capture_default_str();
+  sub->add_option("--max-runs", a->max_runs,
+                  "Cap on timed runs per candidate during the search (the finalists' interleaved round always takes "
+                  "max(15, --min-runs))")
+      ->check(CLI::Range(3, 10000))
+      ->capture_default_str();
   sub->add_option("--gemm-algos", a->gemm_algos,
                   "cuBLASLt algorithms tried per flce GEMM (the heuristic's first K) after the search; a tuned "
                   "algorithm is stored with the cuBLASLt version and used only under it. 0 or 1: keep the heuristic's")

@@ -17,6 +17,9 @@ std::string esc(const std::string& s) {
     if (c == '<') o += "&lt;";
     else if (c == '>') o += "&gt;";
     else if (c == '&') o += "&amp;";
+    // XML 1.0 allows no control character but tab and newline: a device name
+    // holding ESC made the file unreadable to XML tools.
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) o += '?';
     else o += c;
   }
   return o;

@@ -45,6 +45,14 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (c.impl == KernelConfig::Impl::fused) {
     if (p.family != Family::flce) fail_usage("impl fused is a flce implementation");
     if (p.dtype == DType::fp32) fail_usage("impl fused takes bf16 or fp16 inputs; fp32 runs on cuBLASLt");
+    // Names from the table of this or another build (CUTLASS profiler style),
+    // printed by list and lookup: an imported escape sequence reached the
+    // terminal, and a 100 000-byte name was stored.
+    for (const std::string* name : {&c.logits_kernel, &c.dw_kernel})
+      if (name->size() > 64 ||
+          name->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+              std::string::npos)
+        fail_usage("logits_kernel and dw_kernel are variant names: at most 64 letters, digits, '_', '-' or '.'");
   } else if (!c.logits_kernel.empty() || !c.dw_kernel.empty()) {
     fail_usage("logits_kernel and dw_kernel name CUTLASS variants of impl fused");
   }

@@ -137,6 +137,14 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   KernelConfig named = c;
   named.dw_kernel = "256x128x64_1x2x1_coop";  // a variant name without impl fused
   CHECK_THROWS_AS(validate_config(p, named), Error);
+  // Names are printed by list and lookup: no escape sequences, no novels.
+  KernelConfig odd = f;
+  odd.logits_kernel = "x\x1b[31mRED";
+  CHECK_THROWS_AS(validate_config(p, odd), Error);
+  odd = f, odd.dw_kernel = std::string(65, 'a');
+  CHECK_THROWS_AS(validate_config(p, odd), Error);
+  odd = f, odd.dw_kernel = "cublaslt";  // dW on cuBLASLt under impl fused
+  CHECK_NOTHROW(validate_config(p, odd));
 }
 
 TEST_CASE("default config is sensible for the Llama-3 classifier") {

@@ -668,10 +668,15 @@ void check_record(const BestEntry& b) {
   validate_config(b.problem, b.config);
   check_runs_on(b.device, b.config);
   check_stats(b.stats);
-  if (!std::isfinite(b.default_ms) || b.default_ms < 0) fail_usage("default_ms must be finite and ≥ 0");
+  if (!std::isfinite(b.default_ms) || b.default_ms <= 0) fail_usage("default_ms must be finite and > 0");
   // speedup = default / best: positive and finite (∞ exported as null, which the
-  // import then refused; −5 was printed as "−5.00x over default").
+  // import then refused; −5 was printed as "−5.00x over default"), and tune
+  // stores exactly that quotient of the two medians of one interleaved round
+  // (a row claiming 1e308× imported).
   if (!std::isfinite(b.speedup) || b.speedup <= 0) fail_usage("speedup must be finite and > 0");
+  if (std::fabs(b.speedup - b.default_ms / b.stats.median_ms) > 1e-9 * b.speedup)
+    fail_usage("speedup " + format_double(b.speedup) + " is not default_ms / median_ms (" +
+               format_double(b.default_ms / b.stats.median_ms) + ")");
   // Pinned cuBLASLt algorithms as kernels/flce/context.cu serialises them: 64
   // bytes as 128 lowercase hex digits (empty: the heuristic's), with the version.
   for (const auto& a : b.config.gemm_algos)
@@ -688,6 +693,10 @@ void check_record(const Measurement& m) {
   m.problem.validate();
   if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
   if (!printable(m.reason, 4096)) fail_usage("reason must be at most 4096 bytes of UTF-8 without control characters");
+  // SM clocks read through NVML at the start and end of sampling, 0 where none
+  // was read (the CPU backend); no GPU clocks above 10 GHz.
+  for (double mhz : {m.clock_start_mhz, m.clock_end_mhz})
+    if (!(mhz >= 0 && mhz <= 10000)) fail_usage("clock_start_mhz and clock_end_mhz must be in [0, 10000] MHz");
   if (m.status == "ok") {
     validate_config(m.problem, m.config);
     check_runs_on(m.device, m.config);

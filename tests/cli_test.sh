@@ -440,6 +440,10 @@ expect 2 "--shape with --tokens" -- "$celtune" lookup --device cpu --shape 4,8,1
 expect 2 "--shape with --vocab" -- "$celtune" lookup --device cpu --shape 4,8,100 --vocab 300
 expect 0 "--softcap 0 wins over the preset's" -- "$celtune" lookup --device cpu --model gemma2-2b --tokens 64 --softcap 0
 contains out ":cap0:" "an explicit --softcap 0 turns the preset's softcap off"
+expect 2 "an unknown command" -- "$celtune" bogus
+contains err "unknown command 'bogus' (commands: devices," "the refusal names the word and the commands"
+expect 2 "an unknown db verb" -- "$celtune" db --db "$tmp/a.sqlite" bogus
+contains err "unknown command 'bogus' (commands: list, export" "the refusal lists db's verbs"
 expect 0 "a preset for the ce family gives V only" -- "$celtune" lookup --device cpu --family ce --model llama3-8b --tokens 8
 contains out "ce:N8:H0:V128256:" "ce takes the preset's vocabulary and no hidden size"
 expect 0 "a value given twice names one problem" -- "$celtune" lookup --device cpu --shape 8,16,200 --dtype bf16,bf16 --mode fwd,fwd

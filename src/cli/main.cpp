@@ -4,6 +4,7 @@
 // 2 usage error (bad flags, malformed shapes, out-of-range options); 3 environment
 // error (no such device, CUDA error, unusable or locked database, output that
 // could not be written).
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,33 @@
 #ifndef CELTUNE_VERSION
 #define CELTUNE_VERSION "unknown"
 #endif
+
+namespace {
+// The first word of argv that is neither an option, an option's value, nor a
+// command of the (sub)command before it: "unknown command 'X' (commands: …)",
+// or "" when there is none.
+std::string unknown_command(CLI::App& app, int argc, char** argv) {
+  CLI::App* level = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string tok = argv[i];
+    if (tok.rfind("-", 0) == 0) {
+      const CLI::Option* opt = level->get_option_no_throw(tok.substr(0, tok.find('=')));
+      if (opt && opt->get_type_size() != 0 && tok.find('=') == std::string::npos) ++i;  // its value
+      continue;
+    }
+    const auto subs = level->get_subcommands({});
+    const auto sub = std::find_if(subs.begin(), subs.end(), [&](CLI::App* a) { return a->check_name(tok); });
+    if (sub != subs.end()) {
+      level = *sub;
+      continue;
+    }
+    std::string names;
+    for (const CLI::App* a : subs) names += (names.empty() ? "" : ", ") + a->get_name();
+    return "unknown command '" + tok + "'" + (names.empty() ? "" : " (commands: " + names + ")");
+  }
+  return "";
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace celtune;
@@ -55,6 +83,15 @@ int main(int argc, char** argv) {
     return printed(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
     return printed(app.exit(e));
+  } catch (const CLI::RequiredError& e) {
+    // "A subcommand is required" for `celtune bogus` or `celtune db bogus`: name
+    // the word that is not a command, and the commands there are.
+    if (const std::string why = unknown_command(app, argc, argv); !why.empty()) {
+      std::cerr << "celtune: " << why << '\n';
+      return static_cast<int>(Status::usage);
+    }
+    app.exit(e);
+    return static_cast<int>(Status::usage);
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the message
     return static_cast<int>(Status::usage);

@@ -166,6 +166,12 @@ contains err "GiB of memory" "the refusal gives the sizes"
 expect 3 "validate --from-db missing" -- "$celtune" validate --device cpu --from-db "$tmp/nothing.sqlite"
 expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
 test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
+# A second report into the folder leaves no plot of the first behind.
+echo '<svg/>' >"$tmp/report/vchunk-99.svg" && echo keep >"$tmp/report/notes.txt"
+expect 0 "report again, one problem" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report" \
+  --problem "flce:N48:H16:V700:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwd"
+[ ! -e "$tmp/report/vchunk-99.svg" ] && [ ! -e "$tmp/report/vchunk-2.svg" ] && [ -s "$tmp/report/vchunk-1.svg" ] &&
+  [ -e "$tmp/report/notes.txt" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report left stale plots"; ls "$tmp/report"; }
 expect 3 "report of a missing database" -- "$celtune" report --db "$tmp/nothing.sqlite" -o "$tmp/report2"
 expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
 test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }

@@ -2,6 +2,7 @@
 //   vchunk-<n>.svg   time against v_chunk, one line per block_size, for a problem
 //                    (each point: the fastest measured config with that pair)
 //   speedup.svg      tuned-over-default speedup per problem
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,23 @@ Action register_report(CLI::App& app) {
     if (!speedups.empty())
       write(std::filesystem::path(a->out) / "speedup.svg",
             bar_chart("Tuned over built-in default", "speedup (default time / tuned time)", labels, speedups, 1.0));
+    // The folder shows this database only: plots of an earlier report that this
+    // one did not rewrite (more problems then, or a speedup chart) would pass
+    // for this database's.
+    std::vector<std::filesystem::path> stale;
+    if (!grid.empty() || !speedups.empty())
+      for (const auto& e : std::filesystem::directory_iterator(a->out, ec)) {
+        const std::string name = e.path().filename().string();
+        int k = 0;
+        const bool stale_vchunk = name.size() > 11 && name.rfind("vchunk-", 0) == 0 &&
+                                  name.compare(name.size() - 4, 4, ".svg") == 0 &&
+                                  std::from_chars(name.data() + 7, name.data() + name.size() - 4, k).ptr ==
+                                      name.data() + name.size() - 4 &&
+                                  k > n;
+        if (stale_vchunk || (name == "speedup.svg" && speedups.empty())) stale.push_back(e.path());
+      }
+    for (const auto& f : stale)
+      if (std::filesystem::remove(f, ec)) std::cout << "removed " << f.string() << " (an earlier report's)\n";
     if (grid.empty() && speedups.empty())
       fail_env("database " + path + " holds no measurements to plot" +
                (a->problem.empty() && a->device.empty() ? "" : " for the --problem/--device given"));

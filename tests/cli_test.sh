@@ -483,6 +483,8 @@ test -s "$tmp/rel.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); e
 
 # bench on the CPU says what it cannot do instead of printing zeros.
 expect 0 "bench on the cpu" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20
+expect 3 "bench with every row skipped" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --runs 20
+contains err "nothing was benchmarked" "an empty benchmark is an error, not a table"
 contains err "ce rows skipped" "bench says why the ce rows are missing"
 if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench on the CPU claims an L2 flush"; else passes=$((passes + 1)); fi
 

@@ -176,6 +176,9 @@ Action register_bench(CLI::App& app) {
         std::cerr << "bench: copy bandwidth " << fmt("%.0f", f.copy_gb_per_s) << " GB/s (read + write)\n";
     }
 
+    // Every row skipped (ce on the CPU backend, say): an empty table is not a
+    // benchmark, and exit 0 told a script it was.
+    if (rows.empty()) fail_env("nothing was benchmarked on " + dev.id + " (the reasons are above)");
     if (a->json) {
       // Liger-Kernel's benchmark-data schema: one record per (kernel, provider, mode, shape family).
       nlohmann::json out = nlohmann::json::array();

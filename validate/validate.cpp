@@ -9,6 +9,7 @@
 #include "kernels/reference/fp64.hpp"
 #include "kernels/reference/gpu.hpp"
 #include "model/error.hpp"
+#include "model/numerics.hpp"
 
 namespace celtune {
 
@@ -28,8 +29,11 @@ Tolerance tolerance_for(DType t) {
   // H100 such a case gave dW 1.54e-3 against the baseline's 4.9e-4 while its
   // relative L2 was 1.16x the baseline's, and the CPU backend reproduced it to
   // the digit: the same arithmetic, not an error. Across seeds the ratio ran
-  // 0.88-1.16 (docs/results.md).
-  // Bounds are absolute: no kernel, whatever the baseline did, passes beyond them.
+  // 0.88-1.16 (docs/results.md). Where fp64 is the truth, flce is also judged
+  // against a path that rounds as the kernels do (kernel_rounding_baseline); the
+  // slack still serves the GPU reference's shapes, which have no such path.
+  // Bounds are absolute: no kernel passes beyond them, except where the plain
+  // path it is judged against cannot meet them either (judge_against).
   switch (t) {
     case DType::bf16: return {1.25, 4e-3, 0x1p-7, 5e-2, 1.6e-2};
     case DType::fp16: return {1.25, 1e-3, 0x1p-10, 1e-2, 2e-3};
@@ -51,15 +55,90 @@ bool same_outputs(const HostOutputs& a, const HostOutputs& b) {
          bitwise_equal(a.dx, b.dx) && bitwise_equal(a.dw, b.dw) && bitwise_equal(a.db, b.db);
 }
 
+// out[a, k] = Σ_b g(a, b)·m[b, k] for a < rows, k < cols, summed in fp32 in the
+// order of b (one GEMM thread's K loop), then rounded to the dtype.
+template <typename G>
+std::vector<double> fp32_products(int64_t rows, int64_t inner, int64_t cols, G g, const std::vector<float>& m,
+                                  DType dt) {
+  std::vector<double> out(static_cast<size_t>(rows * cols));
+#pragma omp parallel for schedule(static)
+  for (int64_t a = 0; a < rows; ++a) {
+    std::vector<float> acc(static_cast<size_t>(cols), 0.0f);
+    for (int64_t b = 0; b < inner; ++b) {
+      const float ga = g(a, b);
+      const float* mb = &m[static_cast<size_t>(b * cols)];
+      for (int64_t k = 0; k < cols; ++k) acc[static_cast<size_t>(k)] += ga * mb[k];
+    }
+    for (int64_t k = 0; k < cols; ++k)
+      out[static_cast<size_t>(a * cols + k)] = round_to(dt, acc[static_cast<size_t>(k)]);
+  }
+  return out;
+}
+
+// The kernel-rounding path of flce: plain loops that round where celtune's
+// kernels do. The GEMM rounds x·w to the dtype and the bias joins in fp32 as the
+// CE reads the tile, where PyTorch's F.linear rounds x·w + b once; dZ is rounded
+// to the dtype; every GEMM accumulates in fp32, each output element's sum in
+// index order as one thread of a GEMM runs its K loop, where the fp64 reference
+// sums in double. The softmax, loss and dZ are the fp64 reference's (its ce
+// family, on these logits), so the two plain paths differ only where they round.
+//
+// Why a second path. With a bias the two round each logit at different points,
+// so their errors are independent draws of the same size; the few logits with
+// p near 1/2 decide a gradient's worst element and, at N·H of a few, its whole
+// relative L2. In the default matrix's fp16 bias case (seed 40) dW's worst
+// element was 2.15e-4 off (7 ulps) where the unfused path's worst was 5.6e-5:
+// one logit near 17 with p ≈ 1/2 was rounded 0.0070 away by the kernel and
+// 0.0037 by the unfused path. At N = 1, H = 2 (seed 11, bf16) dW had 2.9x the
+// unfused path's relative L2. In fp32 the dtype's own error is the accumulation:
+// dX sums V terms in fp32, which at V = 65537 and N·H ≤ 32 left ~6e-5 relative
+// where the unfused path's fp64 sums leave 1e-7. Over 760 random bf16 cases
+// with a bias, N ≤ 8 and H ≤ 4, the CPU backend's gradients stayed within 1.15x
+// this path's relative L2, where they reached 5.6x the unfused path's; a kernel
+// with a real error is as far from this path as from the other.
+RefOutputs kernel_rounding_baseline(const Problem& p, const HostCase& in) {
+  const int64_t N = p.tokens, H = p.hidden, V = p.vocab;
+  Problem q = p;
+  q.family = Family::ce, q.hidden = 0, q.bias = false;
+  HostCase c;
+  c.targets = in.targets, c.grad_scale = in.grad_scale, c.grad_tokens = in.grad_tokens, c.n_valid = in.n_valid;
+  c.logits.resize(static_cast<size_t>(N * V));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = &in.x[static_cast<size_t>(i * H)];
+    for (int64_t j = 0; j < V; ++j) {
+      const float* w = &in.w[static_cast<size_t>(j * H)];
+      float acc = 0.0f;
+      for (int64_t k = 0; k < H; ++k) acc += x[k] * w[k];
+      float z = round_to(p.dtype, acc);
+      if (p.bias) z += in.b[static_cast<size_t>(j)];
+      c.logits[static_cast<size_t>(i * V + j)] = z;
+    }
+  }
+  RefOutputs r = reference::run(q, c, true);
+  if (p.mode != Mode::forward_backward) return r;
+  const std::vector<double> dz = std::move(r.grad_logits);  // rounded to the dtype: exact in float
+  r.grad_logits.clear();
+  const auto dz_at = [&](int64_t i, int64_t j) { return static_cast<float>(dz[static_cast<size_t>(i * V + j)]); };
+  const auto dz_transposed = [&](int64_t j, int64_t i) { return dz_at(i, j); };
+  r.dx = fp32_products(N, V, H, dz_at, in.w, p.dtype);          // dZ · W
+  r.dw = fp32_products(V, N, H, dz_transposed, in.x, p.dtype);  // dZᵀ · X
+  if (p.bias) {                                                 // Σ_rows dZ
+    const std::vector<float> ones(static_cast<size_t>(N), 1.0f);
+    r.db = fp32_products(V, N, 1, dz_transposed, ones, p.dtype);
+  }
+  return r;
+}
+
 // magnitude: the dtype's rounding error of a logit is proportional to |z| (its ulp
 // grows with it), so the absolute bound grows with the largest LSE (≥ max logit)
 // beyond 16, where typical vocabularies sit (log V + a few).
-OutputVerdict judge(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
-                    const std::vector<double>& base, DType dt, double magnitude) {
+OutputVerdict judge_against(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
+                            const std::vector<double>& base, const char* path, DType dt, double magnitude) {
   const Tolerance tol = tolerance_for(dt);
-  const double bound = tol.bound * std::max(1.0, magnitude / 16.0);
   OutputVerdict v;
   v.name = name;
+  v.baseline_path = path;
   if (got.size() != truth.size()) {
     v.why = "output has " + std::to_string(got.size()) + " elements, expected " + std::to_string(truth.size());
     return v;
@@ -73,6 +152,12 @@ OutputVerdict judge(const std::string& name, const std::vector<float>& got, cons
   v.kernel = compare(got.data(), truth.data(), truth.size(), atol + 2 * v.baseline.max_abs, tol.rtol);
   const auto& k = v.kernel;
   const auto& b = v.baseline;
+  // The bound never asks for more than the plain path itself achieves (plus the
+  // margin): where an output cancels, no implementation at this dtype meets it.
+  // One dX element at N = 1, H = 1 is Σ_j dZ_j·w_j, whose terms' magnitudes add
+  // up to 97 times the sum: rounding dZ to bf16 alone left it 8.6% off (seed 24,
+  // V = 3001), kernel and baseline alike, against a bound of 5%.
+  const double bound = std::max(tol.bound * std::max(1.0, magnitude / 16.0), b.rel_l2 + tol.margin);
   char buf[256];
   if (k.nonfinite > 0) {
     std::snprintf(buf, sizeof buf, "%lld non-finite values where the reference is finite",
@@ -93,6 +178,19 @@ OutputVerdict judge(const std::string& name, const std::vector<float>& got, cons
   }
   v.pass = v.why.empty();
   return v;
+}
+
+// Judged against the unfused path first; where it fails there, against the
+// kernel-rounding path (when there is one): a kernel that rounds as either plain
+// path does passes. A failure is reported against the unfused path, the one the
+// README documents.
+OutputVerdict judge(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
+                    const std::vector<double>& base, const std::vector<double>* rounding_base, DType dt,
+                    double magnitude) {
+  OutputVerdict v = judge_against(name, got, truth, base, kUnfusedPath, dt, magnitude);
+  if (v.pass || !rounding_base) return v;
+  OutputVerdict f = judge_against(name, got, truth, *rounding_base, kKernelRoundingPath, dt, magnitude);
+  return f.pass ? f : v;
 }
 
 }  // namespace
@@ -192,7 +290,7 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
     const HostOutputs got = backend.run(p, vc.config, in);
     const HostOutputs again = backend.run(p, vc.config, in);
     r.deterministic = same_outputs(got, again);
-    RefOutputs truth, base;
+    RefOutputs truth, base, rounding;
     if (gpu_ref) {
       const int ordinal = cuda_ordinal(backend.device());
       r.reference_check = check_gpu_reference(p, vc.spec, ordinal);
@@ -204,18 +302,27 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
     } else {
       truth = reference::run(p, in, false);
       base = reference::run(p, in, true);
+      // The GPU reference has no kernel-rounding path: its shapes are beyond what
+      // these CPU loops can afford, and their N·H is large enough for the
+      // unfused path's statistics to be stable.
+      if (p.family == Family::flce) rounding = kernel_rounding_baseline(p, in);
       r.truth = "fp64";
     }
+    const bool have_rounding = !rounding.lse.empty();
     const DType dt = p.dtype;
     double magnitude = 0;
     for (double l : truth.lse) magnitude = std::max(magnitude, std::fabs(l));
     // Scalar loss: for 'none' there is no scalar output, only the vector.
-    if (p.loss.reduction != Reduction::none)
-      r.outputs.push_back(judge("loss", {got.loss}, {truth.loss}, {base.loss}, dt, magnitude));
+    if (p.loss.reduction != Reduction::none) {
+      const std::vector<double> rounding_loss{rounding.loss};
+      r.outputs.push_back(judge("loss", {got.loss}, {truth.loss}, {base.loss}, have_rounding ? &rounding_loss : nullptr,
+                                dt, magnitude));
+    }
     const auto k = host_outputs(p, got);
-    const auto t = ref_outputs(p, truth), b = ref_outputs(p, base);
+    const auto t = ref_outputs(p, truth), b = ref_outputs(p, base), f = ref_outputs(p, rounding);
     for (size_t i = 0; i < k.size(); ++i)
-      r.outputs.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second, dt, magnitude));
+      r.outputs.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second,
+                                have_rounding ? f[i].second : nullptr, dt, magnitude));
     r.pass = r.deterministic;
     for (const auto& o : r.outputs) r.pass = r.pass && o.pass;
   } catch (const Error& e) {
@@ -356,7 +463,7 @@ void to_json(nlohmann::json& j, const CaseResult& r) {
   nlohmann::json outs = nlohmann::json::array();
   for (const auto& o : r.outputs)
     outs.push_back({{"output", o.name}, {"pass", o.pass}, {"why", o.why}, {"kernel", o.kernel},
-                    {"baseline", o.baseline}});
+                    {"baseline", o.baseline}, {"baseline_path", o.baseline_path}});
   j = nlohmann::json{{"case", r.vcase.name},
                      {"problem", r.vcase.problem},
                      {"config", r.vcase.config},

@@ -1,10 +1,14 @@
 // Validation: run a backend on a case and judge each output against the truth.
 //
-// The truth is the fp64 reference. The yardstick is the unfused low-precision
-// path (logits rounded to the input dtype, as PyTorch eager computes them): a
-// kernel passes an output when its error is no worse than that path's error plus
-// a small margin, and within an absolute bound for the dtype (the criterion of
-// Apple's Cut Cross-Entropy tests). NaN or Inf where the truth is finite fails.
+// The truth is the fp64 reference. The yardstick is a plain low-precision path:
+// the unfused one (logits rounded to the input dtype, as PyTorch eager computes
+// them) and, for flce judged against fp64, the kernel-rounding one (the rounding
+// points of celtune's kernels: x·w rounded before the bias joins in fp32, fp32
+// sums). A
+// kernel passes an output when its error is no worse than either path's error
+// plus a small margin, and within an absolute bound for the dtype that is never
+// tighter than that path's own error (the criterion of Apple's Cut Cross-Entropy
+// tests). NaN or Inf where the truth is finite fails.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +36,14 @@ struct Tolerance {
 };
 Tolerance tolerance_for(DType t);
 
+// The plain paths an output can be judged against (OutputVerdict::baseline_path).
+inline constexpr const char* kUnfusedPath = "unfused";                  // x·w + b rounded once, fp64 sums
+inline constexpr const char* kKernelRoundingPath = "kernel-rounding";  // x·w rounded, + b in fp32, fp32 sums
+
 struct OutputVerdict {
   std::string name;  // loss, token_loss, lse, dz, dx, dw, db
   ErrorStats kernel, baseline;
+  std::string baseline_path = kUnfusedPath;  // the path `baseline` measured
   bool pass = false;
   std::string why;  // the failed criterion, empty on pass
 };

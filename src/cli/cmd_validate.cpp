@@ -59,7 +59,8 @@ void print_details(const CaseResult& r, bool all_outputs) {
     const auto& k = o.kernel;
     std::cout << "  " << o.name << ": " << (o.pass ? "pass" : o.why) << "\n    max abs " << fmt("%.3e", k.max_abs) << ", max rel "
               << fmt("%.3e", k.max_rel) << ", rel L2 " << fmt("%.3e", k.rel_l2) << ", mismatches " << k.mismatches
-              << "/" << k.count << ", non-finite " << k.nonfinite << "\n    baseline (unfused low precision): max abs "
+              << "/" << k.count << ", non-finite " << k.nonfinite << "\n    baseline (" << o.baseline_path
+              << " low precision): max abs "
               << fmt("%.3e", o.baseline.max_abs) << ", rel L2 " << fmt("%.3e", o.baseline.rel_l2) << '\n';
     for (const auto& m : k.first)
       std::cout << "    [" << m.index << "] got " << fmt("%.8g", m.got) << "  ref " << fmt("%.8g", m.ref) << '\n';

@@ -1,0 +1,160 @@
+// validate's criteria at their edges: a correct kernel that rounds where the
+// unfused path does not, or whose output cancels, passes; a kernel a few units in
+// the last place off, or one that drops the bias, still fails.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/reference/fp64.hpp"
+#include "validate/validate.hpp"
+
+using namespace celtune;
+
+namespace {
+
+ValidationCase case_for(const std::string& key, uint64_t seed) {
+  ValidationCase vc;
+  vc.problem = Problem::from_key(key);
+  vc.config = default_config(vc.problem);
+  vc.spec.seed = seed;
+  vc.name = key;
+  return vc;
+}
+
+// The default matrix's case of that name for that seed.
+ValidationCase matrix_case(uint64_t seed, const std::string& name) {
+  const auto cases = default_matrix(seed);
+  const auto it = std::find_if(cases.begin(), cases.end(), [&](const ValidationCase& c) { return c.name == name; });
+  REQUIRE(it != cases.end());
+  return *it;
+}
+
+const OutputVerdict& verdict(const CaseResult& r, const std::string& name) {
+  const auto it =
+      std::find_if(r.outputs.begin(), r.outputs.end(), [&](const OutputVerdict& o) { return o.name == name; });
+  REQUIRE(it != r.outputs.end());
+  return *it;
+}
+
+// v moved n units in the last place of the dtype away from zero.
+float ulps_up(DType t, float v, int n) {
+  const int digits = t == DType::bf16 ? 8 : t == DType::fp16 ? 11 : 24;
+  if (v == 0.0f) return v;  // exact zeros (ignored tokens) stay exact
+  int e = 0;
+  std::frexp(v, &e);
+  return v + std::copysign(std::ldexp(1.0f, e - digits) * static_cast<float>(n), v);
+}
+
+// The CPU backend with something wrong on purpose: its inputs or outputs changed.
+class WrongKernel : public Backend {
+ public:
+  std::function<void(HostCase&)> inputs = [](HostCase&) {};
+  std::function<void(const Problem&, HostOutputs&)> outputs = [](const Problem&, HostOutputs&) {};
+
+  const DeviceInfo& device() const override { return cpu_->device(); }
+  void check(const Problem& p, const KernelConfig& c) const override { cpu_->check(p, c); }
+  size_t scratch_bytes(const Problem& p, const KernelConfig& c) const override { return cpu_->scratch_bytes(p, c); }
+  HostOutputs run(const Problem& p, const KernelConfig& c, const HostCase& in) override {
+    HostCase changed = in;
+    inputs(changed);
+    HostOutputs out = cpu_->run(p, c, changed);
+    outputs(p, out);
+    return out;
+  }
+  std::unique_ptr<Workload> prepare(const Problem& p, uint64_t seed) override { return cpu_->prepare(p, seed); }
+
+ private:
+  std::unique_ptr<Backend> cpu_ = cpu::make_backend();
+};
+
+}  // namespace
+
+TEST_CASE("validate: a kernel that rounds as celtune's kernels do (bias after the GEMM, fp32 sums) passes") {
+  auto backend = cpu::make_backend();
+  // validate --seed 3 and --seed 4 both drew this case (seed 40): dW's worst
+  // element 2.15e-4 off where the unfused path's was 5.6e-5, because one logit
+  // with p ≈ 1/2 rounded 0.0070 away in the kernel and 0.0037 in that path.
+  const CaseResult m = validate_case(*backend, matrix_case(3, "flce/fp16/bias/chunked"));
+  CHECK(m.pass);
+  CHECK(verdict(m, "dw").baseline_path == std::string(kKernelRoundingPath));
+  // One token, two hidden units: a handful of logits decide dW's whole error.
+  const CaseResult one =
+      validate_case(*backend, case_for("flce:N1:H2:V1000:bf16:int64:ign-100:mean:ls0:cap0:z0:bias:fwdbwd", 11));
+  CHECK(one.pass);
+  // fp32: dX sums 65537 terms in fp32, ~6e-5 relative, where the fp64 sums of
+  // the unfused path leave 1e-7.
+  const CaseResult f32 =
+      validate_case(*backend, case_for("flce:N4:H3:V65537:fp32:int64:ign-100:mean:ls0:cap0:z0:bias:fwdbwd", 7));
+  CHECK(f32.pass);
+  CHECK(verdict(f32, "dx").baseline_path == std::string(kKernelRoundingPath));
+  // Without a bias the two paths round the logits alike: the unfused path suffices.
+  const CaseResult plain = validate_case(*backend, matrix_case(3, "flce/fp16/plain/one-pass"));
+  CHECK(plain.pass);
+  for (const auto& o : plain.outputs) CHECK(o.baseline_path == std::string(kUnfusedPath));
+}
+
+TEST_CASE("validate: the absolute bound gives way only where the plain path cannot meet it either") {
+  auto backend = cpu::make_backend();
+  // dX of one token with H = 1 is one sum whose terms add up to 97 times it:
+  // rounding dZ to bf16 leaves it 8.6% off, the kernel and the unfused path alike.
+  const ValidationCase vc = case_for("flce:N1:H1:V3001:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd", 24);
+  const CaseResult r = validate_case(*backend, vc);
+  const OutputVerdict& dx = verdict(r, "dx");
+  CHECK(dx.baseline.rel_l2 > tolerance_for(DType::bf16).bound);
+  CHECK(dx.pass);
+  CHECK(r.pass);
+  // A kernel whose dX error is 10% larger than that path's fails on the bound
+  // (the other criteria allow 1.25x).
+  const RefOutputs truth = reference::run(vc.problem, make_case(vc.problem, vc.spec));
+  WrongKernel worse;
+  worse.outputs = [&](const Problem&, HostOutputs& o) {
+    for (size_t k = 0; k < o.dx.size(); ++k)
+      o.dx[k] = static_cast<float>(truth.dx[k] + 1.1 * (o.dx[k] - truth.dx[k]));
+  };
+  const CaseResult w = validate_case(worse, vc);
+  CHECK_FALSE(w.pass);
+  CHECK(verdict(w, "dx").why.find("bound") != std::string::npos);
+}
+
+TEST_CASE("validate: wrong kernels still fail where the kernel-rounding path is the yardstick") {
+  const ValidationCase fp16 = matrix_case(3, "flce/fp16/bias/chunked");
+  const ValidationCase bf16 = matrix_case(3, "flce/bf16/bias/one-pass");
+  // The bias left out of the logits (db still computed).
+  WrongKernel no_bias;
+  no_bias.inputs = [](HostCase& in) { std::fill(in.b.begin(), in.b.end(), 0.0f); };
+  CHECK_FALSE(validate_case(no_bias, fp16).pass);
+  CHECK_FALSE(validate_case(no_bias, bf16).pass);
+  // Every dW element, or every db element, 2 ulps off.
+  WrongKernel dw_off;
+  dw_off.outputs = [](const Problem& p, HostOutputs& o) {
+    for (auto& v : o.dw) v = ulps_up(p.dtype, v, 2);
+  };
+  CHECK_FALSE(validate_case(dw_off, bf16).pass);
+  WrongKernel db_off;
+  db_off.outputs = [](const Problem& p, HostOutputs& o) {
+    for (auto& v : o.db) v = ulps_up(p.dtype, v, 2);
+  };
+  CHECK_FALSE(validate_case(db_off, fp16).pass);
+  CHECK_FALSE(validate_case(db_off, bf16).pass);
+  // The largest dW element off by 8 ulps in bf16, 16 in fp16: the max-abs
+  // criterion allows twice the plain path's worst element, which in the fp16
+  // case is 7 ulps off by rounding alone.
+  WrongKernel one_off;
+  one_off.outputs = [](const Problem& p, HostOutputs& o) {
+    auto it = std::max_element(o.dw.begin(), o.dw.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+    *it = ulps_up(p.dtype, *it, p.dtype == DType::bf16 ? 8 : 16);
+  };
+  CHECK_FALSE(validate_case(one_off, fp16).pass);
+  CHECK_FALSE(validate_case(one_off, bf16).pass);
+  // fp32: dX 1e-4 off, the size of the fp32 sums' own error at V = 65537, is
+  // caught where the sums are short (V = 1001).
+  WrongKernel dx_drift;
+  dx_drift.outputs = [](const Problem&, HostOutputs& o) {
+    for (auto& v : o.dx) v *= 1.0f + 1e-4f;
+  };
+  CHECK_FALSE(validate_case(dx_drift, matrix_case(3, "flce/fp32/bias/one-pass")).pass);
+}

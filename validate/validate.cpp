@@ -1,5 +1,6 @@
 #include "validate.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -33,7 +34,7 @@ Tolerance tolerance_for(DType t) {
   // against a path that rounds as the kernels do (kernel_rounding_baseline); the
   // slack still serves the GPU reference's shapes, which have no such path.
   // Bounds are absolute: no kernel passes beyond them, except where the plain
-  // path it is judged against cannot meet them either (judge_against).
+  // path it is judged against cannot meet them either (judge).
   switch (t) {
     case DType::bf16: return {1.25, 4e-3, 0x1p-7, 5e-2, 1.6e-2};
     case DType::fp16: return {1.25, 1e-3, 0x1p-10, 1e-2, 2e-3};
@@ -133,8 +134,8 @@ RefOutputs kernel_rounding_baseline(const Problem& p, const HostCase& in) {
 // magnitude: the dtype's rounding error of a logit is proportional to |z| (its ulp
 // grows with it), so the absolute bound grows with the largest LSE (≥ max logit)
 // beyond 16, where typical vocabularies sit (log V + a few).
-OutputVerdict judge_against(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
-                            const std::vector<double>& base, const char* path, DType dt, double magnitude) {
+OutputVerdict judge(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
+                    const std::vector<double>& base, const char* path, DType dt, double magnitude) {
   const Tolerance tol = tolerance_for(dt);
   OutputVerdict v;
   v.name = name;
@@ -178,19 +179,6 @@ OutputVerdict judge_against(const std::string& name, const std::vector<float>& g
   }
   v.pass = v.why.empty();
   return v;
-}
-
-// Judged against the unfused path first; where it fails there, against the
-// kernel-rounding path (when there is one): a kernel that rounds as either plain
-// path does passes. A failure is reported against the unfused path, the one the
-// README documents.
-OutputVerdict judge(const std::string& name, const std::vector<float>& got, const std::vector<double>& truth,
-                    const std::vector<double>& base, const std::vector<double>* rounding_base, DType dt,
-                    double magnitude) {
-  OutputVerdict v = judge_against(name, got, truth, base, kUnfusedPath, dt, magnitude);
-  if (v.pass || !rounding_base) return v;
-  OutputVerdict f = judge_against(name, got, truth, *rounding_base, kKernelRoundingPath, dt, magnitude);
-  return f.pass ? f : v;
 }
 
 }  // namespace
@@ -290,7 +278,7 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
     const HostOutputs got = backend.run(p, vc.config, in);
     const HostOutputs again = backend.run(p, vc.config, in);
     r.deterministic = same_outputs(got, again);
-    RefOutputs truth, base, rounding;
+    RefOutputs truth, base;
     if (gpu_ref) {
       const int ordinal = cuda_ordinal(backend.device());
       r.reference_check = check_gpu_reference(p, vc.spec, ordinal);
@@ -302,27 +290,38 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
     } else {
       truth = reference::run(p, in, false);
       base = reference::run(p, in, true);
-      // The GPU reference has no kernel-rounding path: its shapes are beyond what
-      // these CPU loops can afford, and their N·H is large enough for the
-      // unfused path's statistics to be stable.
-      if (p.family == Family::flce) rounding = kernel_rounding_baseline(p, in);
       r.truth = "fp64";
     }
-    const bool have_rounding = !rounding.lse.empty();
     const DType dt = p.dtype;
     double magnitude = 0;
     for (double l : truth.lse) magnitude = std::max(magnitude, std::fabs(l));
-    // Scalar loss: for 'none' there is no scalar output, only the vector.
-    if (p.loss.reduction != Reduction::none) {
-      const std::vector<double> rounding_loss{rounding.loss};
-      r.outputs.push_back(judge("loss", {got.loss}, {truth.loss}, {base.loss}, have_rounding ? &rounding_loss : nullptr,
-                                dt, magnitude));
-    }
     const auto k = host_outputs(p, got);
-    const auto t = ref_outputs(p, truth), b = ref_outputs(p, base), f = ref_outputs(p, rounding);
-    for (size_t i = 0; i < k.size(); ++i)
-      r.outputs.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second,
-                                have_rounding ? f[i].second : nullptr, dt, magnitude));
+    const auto t = ref_outputs(p, truth);
+    // Every output against one plain path; the scalar loss first (for 'none'
+    // there is no scalar output, only the vector).
+    auto judge_all = [&](const RefOutputs& plain, const char* path) {
+      std::vector<OutputVerdict> out;
+      if (p.loss.reduction != Reduction::none)
+        out.push_back(judge("loss", {got.loss}, {truth.loss}, {plain.loss}, path, dt, magnitude));
+      const auto b = ref_outputs(p, plain);
+      for (size_t i = 0; i < k.size(); ++i)
+        out.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second, path, dt, magnitude));
+      return out;
+    };
+    r.outputs = judge_all(base, kUnfusedPath);
+    // An output that fails against the unfused path passes if it meets the same
+    // criteria against the kernel-rounding one (flce, fp64 truth); a failure is
+    // reported against the unfused path, the one the README documents. Built only
+    // then: it costs another N·V·H, and tune's correctness gate validates every
+    // candidate. The GPU reference has no such path: its shapes are beyond what
+    // these CPU loops can afford, and their N·H is large enough for the unfused
+    // path's statistics to be stable.
+    const bool failed = std::any_of(r.outputs.begin(), r.outputs.end(), [](const auto& o) { return !o.pass; });
+    if (failed && !gpu_ref && p.family == Family::flce) {
+      const auto again = judge_all(kernel_rounding_baseline(p, in), kKernelRoundingPath);
+      for (size_t i = 0; i < again.size(); ++i)
+        if (!r.outputs[i].pass && again[i].pass) r.outputs[i] = again[i];
+    }
     r.pass = r.deterministic;
     for (const auto& o : r.outputs) r.pass = r.pass && o.pass;
   } catch (const Error& e) {

@@ -4,11 +4,10 @@
 // the unfused one (logits rounded to the input dtype, as PyTorch eager computes
 // them) and, for flce judged against fp64, the kernel-rounding one (the rounding
 // points of celtune's kernels: x·w rounded before the bias joins in fp32, fp32
-// sums). A
-// kernel passes an output when its error is no worse than either path's error
-// plus a small margin, and within an absolute bound for the dtype that is never
-// tighter than that path's own error (the criterion of Apple's Cut Cross-Entropy
-// tests). NaN or Inf where the truth is finite fails.
+// sums). A kernel passes an output when its error is no worse than either path's
+// error plus a small margin, and within an absolute bound for the dtype that is
+// never tighter than that path's own error (the criterion of Apple's Cut
+// Cross-Entropy tests). NaN or Inf where the truth is finite fails.
 #pragma once
 
 #include <cstdint>

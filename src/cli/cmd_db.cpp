@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -92,9 +93,8 @@ int do_export(const DbArgs& a) {
     fail_usage("refusing to write the export over the database it reads (" + path + ")");
   // Nor over its journal files: JSON written as db.sqlite-wal or -journal made
   // every later reader fail.
-  for (const std::string suffix : {"-wal", "-shm", "-journal"}) {
-    if (a.out.size() <= suffix.size() || a.out.compare(a.out.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
+  for (const std::string_view suffix : {"-wal", "-shm", "-journal"}) {
+    if (!a.out.ends_with(suffix)) continue;
     const std::string base = a.out.substr(0, a.out.size() - suffix.size());
     if (std::filesystem::exists(base, ec) && std::filesystem::equivalent(base, path, ec))
       fail_usage("refusing to write the export over a journal file of the database it reads (" + a.out + ")");

@@ -103,12 +103,14 @@ Action register_report(CLI::App& app) {
     if (!grid.empty() || !speedups.empty())
       for (const auto& e : std::filesystem::directory_iterator(a->out, ec)) {
         const std::string name = e.path().filename().string();
-        int k = 0;
-        const bool stale_vchunk = name.size() > 11 && name.rfind("vchunk-", 0) == 0 &&
-                                  name.compare(name.size() - 4, 4, ".svg") == 0 &&
-                                  std::from_chars(name.data() + 7, name.data() + name.size() - 4, k).ptr ==
-                                      name.data() + name.size() - 4 &&
-                                  k > n;
+        // vchunk-<k>.svg with k past this report's last ("vchunk-" and ".svg"
+        // cannot overlap: such a name has at least 11 characters).
+        bool stale_vchunk = false;
+        if (name.starts_with("vchunk-") && name.ends_with(".svg")) {
+          const char *digits = name.data() + 7, *end = name.data() + name.size() - 4;
+          int k = 0;
+          stale_vchunk = digits < end && std::from_chars(digits, end, k).ptr == end && k > n;
+        }
         if (stale_vchunk || (name == "speedup.svg" && speedups.empty())) stale.push_back(e.path());
       }
     for (const auto& f : stale)

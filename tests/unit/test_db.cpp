@@ -59,6 +59,18 @@ db::Measurement meas(const DeviceInfo& d, int64_t n, int block, const char* stat
   return m;
 }
 
+// Import of `text` must fail as a usage error whose message holds `what`.
+void expect_refused(db::Store& s, const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  try {
+    db::import_jsonl(s, in, "abc123");
+    FAIL("import succeeded where it should refuse: " << what);
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::usage);
+    CHECK(std::string(e.what()).find(what) != std::string::npos);
+  }
+}
+
 std::string export_text(const db::Store& s) {
   std::ostringstream o;
   db::export_jsonl(s, o);
@@ -201,14 +213,7 @@ TEST_CASE("store: a best entry of this build's kernels is never displaced by a f
 TEST_CASE("store: malformed import stores nothing") {
   TempDir t;
   db::Store s(t.file("a.sqlite"), db::Access::read_write);
-  std::istringstream in(exported_best(t) + "{\"record\": \"best\", \"device\": 7}\n");
-  try {
-    db::import_jsonl(s, in, "abc123");
-    FAIL("import of a malformed line succeeded");
-  } catch (const Error& e) {
-    CHECK(e.status() == Status::usage);
-    CHECK(std::string(e.what()).find("line 2") != std::string::npos);
-  }
+  expect_refused(s, exported_best(t) + "{\"record\": \"best\", \"device\": 7}\n", "line 2");
   CHECK(s.best_entries().empty());
 }
 
@@ -237,14 +242,7 @@ TEST_CASE("store: import refuses a key given twice in one object, at any depth")
     const auto end = twice.find_first_of(",}", at);
     const std::string dup = field == "\"tokens\":4096" ? "\"tokens\":8192," : twice.substr(at, end - at) + ",";
     twice.insert(at, dup);
-    std::istringstream in(twice);
-    try {
-      db::import_jsonl(s, in, "abc123");
-      FAIL("import of a duplicate key succeeded");
-    } catch (const Error& e) {
-      CHECK(e.status() == Status::usage);
-      CHECK(std::string(e.what()).find("duplicate key") != std::string::npos);
-    }
+    expect_refused(s, twice, "duplicate key");
     CHECK(s.best_entries().empty());
   }
   // The same key in two different objects is fine: the untouched line imports.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "error.hpp"
@@ -28,6 +29,67 @@ void fill_normal(std::vector<float>& v, int64_t rows, int64_t cols, double stdde
     Rng rng(seed ^ (stream * 0xA24BAED4963EE407ull) ^ (static_cast<uint64_t>(r) * 0x9FB21C651E98DF25ull));
     float* row = &v[static_cast<size_t>(r * cols)];
     for (int64_t j = 0; j < cols; ++j) row[j] = round_to(t, static_cast<float>(rng.normal() * stddev));
+  }
+}
+// Row i's logits in double: the ce input row, or x_i·W^T (+ b) for flce.
+void row_logits(const Problem& p, const HostCase& c, const std::vector<float>& x_i, int64_t i,
+                std::vector<double>& z) {
+  const auto V = static_cast<size_t>(p.vocab), H = static_cast<size_t>(p.hidden);
+  z.resize(V);
+  for (size_t j = 0; j < V; ++j) {
+    if (p.family == Family::ce) {
+      z[j] = c.logits[static_cast<size_t>(i) * V + j];
+      continue;
+    }
+    double acc = p.bias ? c.b[j] : 0.0;
+    for (size_t k = 0; k < H; ++k) acc += static_cast<double>(x_i[k]) * c.w[j * H + k];
+    z[j] = acc;
+  }
+}
+
+// The target's margin over the log-sum-exp of the row's other logits.
+double target_margin(const std::vector<double>& z, int64_t t) {
+  double m = -INFINITY;
+  for (size_t j = 0; j < z.size(); ++j)
+    if (static_cast<int64_t>(j) != t) m = std::max(m, z[j]);
+  double s = 0.0;
+  for (size_t j = 0; j < z.size(); ++j)
+    if (static_cast<int64_t>(j) != t) s += std::exp(z[j] - m);
+  return z[static_cast<size_t>(t)] - (m + std::log(s));
+}
+
+// Makes each counted token's target confident (CaseSpec::confident_margin). ce
+// sets the target logit itself; flce moves x_i along w_t (x_i + β·w_t raises z_t
+// by β·|w_t|² and the others by less), β found by bisection in double, and then
+// rounds x_i to the dtype, which moves the margin by well under a nat.
+void make_confident(const Problem& p, double margin, HostCase& c) {
+  const auto H = static_cast<size_t>(p.hidden);
+  std::vector<double> z;
+  std::vector<float> x_i(H), trial(H);
+  for (int64_t i = 0; i < p.tokens; ++i) {
+    const int64_t t = c.targets[static_cast<size_t>(i)];
+    if (t == p.loss.ignore_index) continue;
+    if (p.family == Family::ce) {
+      row_logits(p, c, x_i, i, z);
+      const double others = z[static_cast<size_t>(t)] - target_margin(z, t);  // their log-sum-exp
+      c.logits[static_cast<size_t>(i * p.vocab + t)] = round_to(p.dtype, static_cast<float>(others + margin));
+      continue;
+    }
+    std::copy_n(c.x.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * H), H, x_i.begin());
+    const float* w_t = &c.w[static_cast<size_t>(t) * H];
+    auto margin_at = [&](double beta) {
+      for (size_t k = 0; k < H; ++k) trial[k] = static_cast<float>(x_i[k] + beta * w_t[k]);
+      row_logits(p, c, trial, i, z);
+      return target_margin(z, t);
+    };
+    double lo = 0.0, hi = 1.0;
+    for (int k = 0; k < 60 && margin_at(hi) < margin; ++k) hi *= 2.0;
+    for (int k = 0; k < 60; ++k) {
+      const double mid = 0.5 * (lo + hi);
+      (margin_at(mid) < margin ? lo : hi) = mid;
+    }
+    for (size_t k = 0; k < H; ++k)
+      c.x[static_cast<size_t>(i) * H + k] = round_to(p.dtype, static_cast<float>(x_i[k] + hi * w_t[k]));
   }
 }
 }  // namespace
@@ -70,6 +132,7 @@ HostCase make_case(const Problem& p, const CaseSpec& spec) {
     c.targets[0] = 0;
     if (N > 1) c.targets[N - 1] = p.vocab - 1;
   }
+  if (spec.confident_margin > 0.0) make_confident(p, spec.confident_margin, c);
   c.n_valid = 0;
   for (auto t : c.targets) c.n_valid += (t != p.loss.ignore_index);
   // Upstream gradients away from 1, and non-uniform per token for 'none', so a

@@ -20,6 +20,11 @@ struct CaseSpec {
   double logit_scale = 4.0;      // typical |logit|; > 100 for the large-logit cases
   double ignore_fraction = 0.1;  // share of tokens set to ignore_index
   bool edge_targets = true;      // force targets 0 and V−1 onto some tokens
+  // > 0: every counted token's target logit sits this many nats above the
+  // log-sum-exp of the row's other logits, so p of the target is 1 − ~e^−margin.
+  // A kernel that rounds p to 16 bits before subtracting the target's 1
+  // (flce-math.md's pitfall) then writes a dZ of 0 or ±2^−8 there, not ≈ −e^−margin.
+  double confident_margin = 0.0;
 };
 
 struct HostCase {

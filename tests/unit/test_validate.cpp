@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/reference/fp64.hpp"
+#include "model/numerics.hpp"
 #include "validate/validate.hpp"
 
 using namespace celtune;
@@ -157,4 +158,28 @@ TEST_CASE("validate: wrong kernels still fail where the kernel-rounding path is 
     for (auto& v : o.dx) v *= 1.0f + 1e-4f;
   };
   CHECK_FALSE(validate_case(dx_drift, matrix_case(3, "flce/fp32/bias/one-pass")).pass);
+}
+
+TEST_CASE("validate: rounding p to 16 bits before subtracting the target's 1 fails the confident cases") {
+  auto backend = cpu::make_backend();
+  for (const char* name : {"ce/bf16/confident/one-pass", "ce/fp16/confident/chunked", "ce/bf16/plain/one-pass"}) {
+    CAPTURE(name);
+    const ValidationCase vc = matrix_case(3, name);
+    const HostCase in = make_case(vc.problem, vc.spec);
+    // The target's element c·(p − 1) rewritten as c·(round(p) − 1).
+    WrongKernel early;
+    early.outputs = [&](const Problem& p, HostOutputs& o) {
+      for (int64_t i = 0; i < p.tokens; ++i) {
+        const int64_t t = in.targets[static_cast<size_t>(i)];
+        const double c = token_grad_scale(p, in, i);
+        if (t == p.loss.ignore_index || c == 0.0) continue;
+        float& g = o.grad_logits[static_cast<size_t>(i * p.vocab + t)];
+        g = round_to(p.dtype, static_cast<float>(c * (round_to(p.dtype, static_cast<float>(g / c + 1.0)) - 1.0)));
+      }
+    };
+    CHECK(validate_case(*backend, vc).pass);
+    // Random targets have p far from 1, where the early rounding costs little:
+    // only the confident cases tell the two kernels apart.
+    CHECK(validate_case(early, vc).pass == (std::string(name).find("confident") == std::string::npos));
+  }
 }

@@ -355,8 +355,9 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     g.x = at(a.x, r0 * H, bytes), g.w = a.w, g.bias = lp.bias, g.softcap = lp.softcap;
     g.tile = store ? tile : nullptr, g.ld_tile = L.ld_vc;
     g.lse_partials = lse_part, g.sumz_partials = sumz_part;
+    g.targets = static_cast<const char*>(lp.targets) + r0 * (lp.targets_i64 ? 8 : 4), g.targets_i64 = lp.targets_i64;
+    g.z_target = z_target + r0;
     sm90::logits_stats(lv, p.dtype, g, ws, st);
-    sm90::target_logits(p.dtype, a.x, a.w, lp.bias, r0, rows, H, sp, z_target, st);
     sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,
                       a.token_loss, st);
   };

@@ -9,8 +9,12 @@
 //   per row, over the tile's BLOCK_N columns: m = max ẑ, d = Σ exp(ẑ − m), and
 //   Σẑ when label smoothing needs it (steps 3–4), written as one partial per row
 //   and tile to [tiles_n][rows_pad], no atomics; merge_stats (stats.cu) folds them.
+//   ẑ at the row's target, by the one thread that holds that column.
 // Rounding before the statistics makes the LSE that of the stored logits, so
-// p = exp(ẑ − L) sums to one over what the dZ kernel reads.
+// p = exp(ẑ − L) sums to one over what the dZ kernel reads, and the target's ẑ
+// taken here is the same number: for a confident row L − ẑ_y is small, and a
+// target logit computed apart (in fp32, unrounded) left it off by up to half a
+// 16-bit ulp of ẑ, 0.06 at |ẑ| ≈ 20 (validate's confident cases, H200).
 //
 // Why by hand and not as an epilogue visitor tree: the tree built from stock
 // nodes (a column reduction over a custom (m, d) element, a row broadcast for the
@@ -87,6 +91,9 @@ class CeStatsEpilogue {
     LsePair* lse_partials = nullptr;
     float* sumz_partials = nullptr;  // null: no label smoothing
     int64_t rows_pad = 0;            // rows rounded up to BLOCK_M: the partials' row stride
+    const void* targets = nullptr;   // [rows] int64 or int32, with z_target
+    bool targets_i64 = true;
+    float* z_target = nullptr;  // [rows]: ẑ at the row's target, or null
   };
   using Params = Arguments;
 
@@ -142,6 +149,18 @@ class CeStatsEpilogue {
     for (int r = 0; r < kR; ++r) mx[r] = -INFINITY, sum[r] = 0.0f, sz[r] = 0.0f;
     const bool smoothing = params.sumz_partials != nullptr;
     const float inv_cap = params.softcap > 0.0f ? 1.0f / params.softcap : 0.0f;
+    // Each row's target column within this tile, or −1 where it lies elsewhere or
+    // the row is padding (one load a row and tile, from L2).
+    int tcol[kR];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      tcol[r] = -1;
+      const int row = get<0>(crd(r, 0));
+      if (params.z_target == nullptr || row >= valid_m) continue;
+      const int64_t y = params.targets_i64 ? static_cast<const int64_t*>(params.targets)[m0 + row]
+                                           : static_cast<const int32_t*>(params.targets)[m0 + row];
+      if (y >= n0 && y < n0 + valid_n) tcol[r] = static_cast<int>(y - n0);
+    }
 
     // Pass 1: round, store, bias, softcap, row max (and Σẑ). The softcap branch is
     // taken once per tile: each side is one straight run of code.
@@ -175,6 +194,8 @@ class CeStatsEpilogue {
           }
           zh[r][c] = ok0 ? x0 : -INFINITY;
           zh[r][c + 1] = ok1 ? x1 : -INFINITY;
+          if ((tcol[r] >> 1) == (col >> 1))  // the target is column col or col + 1
+            params.z_target[m0 + get<0>(crd(r, c))] = (tcol[r] & 1) ? x1 : x0;
           mx[r] = fmaxf(mx[r], fmaxf(zh[r][c], zh[r][c + 1]));  // fmaxf drops NaN; the sum below carries it
           if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
         }

@@ -7,7 +7,7 @@
 // (dw_kernel "cublaslt", variants.hpp):
 //   logits + CE statistics: tile[rows, cols] = X·Wᵀ, and per row and BLOCK_N
 //     columns the online-softmax pair (max, Σexp) of ẑ = softcap(round(z) + b),
-//     and Σẑ when label smoothing needs it (a hand-written collective epilogue,
+//     Σẑ when label smoothing needs it, and ẑ at each row's target (a hand-written collective epilogue,
 //     ce_epilogue.cuh, reducing each tile in registers). The tile store is
 //     optional: forward only writes none.
 //   dW: dW[cols, H] = dZᵀ·X + beta·dW, in place, persistent, the dZ slab
@@ -56,6 +56,14 @@ struct LogitsArgs {
   int64_t ld_tile = 0;
   LsePair* lse_partials = nullptr;  // required
   float* sumz_partials = nullptr;   // Σẑ partials, or null (no label smoothing)
+  // z_target[i] = ẑ at row i's target column, taken from the tile exactly as the
+  // statistics see it (rounded, bias, softcap), so that ℓ = L − ẑ_y cancels the
+  // rounding of a confident row's logits as the CE kernels' does. Rows are the
+  // GEMM's (offset both pointers to the chunk); a target outside [0, cols) writes
+  // nothing. Null z_target: not wanted.
+  const void* targets = nullptr;  // [rows], int64 or int32
+  bool targets_i64 = true;
+  float* z_target = nullptr;
 };
 void logits_stats(int variant, DType t, const LogitsArgs& a, const Workspace& ws, cudaStream_t st);
 

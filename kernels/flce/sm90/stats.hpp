@@ -1,5 +1,5 @@
-// Host interface of the fused path's small kernels (stats.cu): the target logit
-// of each row and the merge of the GEMM's per-tile partials into LSE and loss.
+// Host interface of the fused path's small kernel (stats.cu): the merge of the
+// GEMM's per-tile partials into LSE and loss.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,12 +21,9 @@ struct StatsParams {
   float softcap, label_smoothing, z_loss;
 };
 
-// z_target[r0 + i] = softcap(x_{r0+i} · w_y + b_y) for valid rows, 0 otherwise.
-void target_logits(DType t, const void* x, const void* w, const void* bias, int64_t r0, int64_t rows, int64_t hidden,
-                   const StatsParams& p, float* z_target, cudaStream_t st);
-
 // lse[r0 + i] and token_loss[r0 + i] from partials [tiles][rows_pad] (+ Σẑ partials
-// when label smoothing is on, else null) and z_target.
+// when label smoothing is on, else null) and z_target (the logits GEMM's, indexed
+// like lse).
 void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad, int64_t tiles, int64_t r0,
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
                  cudaStream_t st);

@@ -573,16 +573,28 @@ std::string dump_text(const nlohmann::json& j, int indent) {
 }
 
 void export_jsonl(const Store& s, std::ostream& out) {
-  for (const auto& b : s.best_entries()) {
-    nlohmann::json j = b;
-    j["record"] = "best";
-    out << dump_text(j) << '\n';
-  }
-  for (const auto& m : s.measurements()) {
-    nlohmann::json j = m;
-    j["record"] = "measurement";
-    out << dump_text(j) << '\n';
-  }
+  // Every line is read back as import reads it before the first is written: an
+  // export that import refuses is a backup that fails when it is needed (a
+  // stored median of −1 ms was exported, then refused). Text that is not UTF-8
+  // leaves dump_text replaced, and so passes.
+  std::vector<std::string> lines;
+  auto add = [&]<typename Row>(const Row& row, const char* kind) {
+    nlohmann::json j = row;
+    j["record"] = kind;
+    lines.push_back(dump_text(j));
+    try {
+      check_record(parse_json_strict(lines.back()).get<Row>());
+    } catch (const nlohmann::json::exception& e) {
+      fail_env("the database's " + std::string(kind) + " row for " + row.problem.key() + " does not read back: " +
+               e.what() + "; nothing was exported");
+    } catch (const Error& e) {
+      fail_env("the database holds a damaged " + std::string(kind) + " row for " + row.problem.key() + ": " +
+               e.what() + "; nothing was exported");
+    }
+  };
+  for (const auto& b : s.best_entries()) add(b, "best");
+  for (const auto& m : s.measurements()) add(m, "measurement");
+  for (const auto& line : lines) out << line << '\n';
 }
 
 namespace {

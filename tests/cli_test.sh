@@ -410,6 +410,12 @@ expect 3 "merge refuses a damaged row" -- "$celtune" db merge "$tmp/a.sqlite" "$
 contains err "nothing was merged" "the refusal says nothing was merged"
 [ "$("$celtune" db --db "$tmp/m.sqlite" export | md5sum)" = "$("$celtune" db --db "$tmp/m.keep" export | md5sum)" ] \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused merge changed OUT"; }
+# Nor does export write what import would refuse: no file, no line on stdout.
+expect 3 "export -o refuses a damaged row" -- "$celtune" db --db "$tmp/damaged.sqlite" export -o "$tmp/damaged.jsonl"
+contains err "nothing was exported" "the refusal says nothing was exported"
+[ ! -e "$tmp/damaged.jsonl" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused export left a file"; }
+expect 3 "export to stdout refuses a damaged row" -- "$celtune" db --db "$tmp/damaged.sqlite" export
+[ ! -s "$tmp/out" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused export printed lines"; }
 
 # report: an output path that is a file, an unknown --problem.
 expect 3 "report -o a file" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/precious"

@@ -304,11 +304,19 @@ void Store::migrate() {
                                                  : " has an old schema and is opened read-only"));
   }
   // A file with tables but no celtune version is someone else's: refuse before
-  // changing any setting of it (the WAL switch below rewrites its header).
+  // changing any setting of it (the WAL switch below rewrites its header). The
+  // version and the tables are read by one statement, so from one snapshot: a
+  // second read of the catalogue alone could see the schema that another tuner
+  // created after the first read (version 0, then tables: the concurrency test
+  // failed so under load).
   if (version == 0) {
-    Stmt t(db_, path_, "SELECT count(*) FROM sqlite_master");
-    if (t.step() && t.i64(0) != 0)
-      fail_env("database " + path_ + " holds tables but no celtune schema version; refusing to touch it");
+    int64_t now = 0, tables = 0;
+    {
+      Stmt t(db_, path_, "SELECT (SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)");
+      if (t.step()) now = t.i64(0), tables = t.i64(1);
+    }
+    if (now != 0) return migrate();  // created meanwhile: open it as the database it now is
+    if (tables != 0) fail_env("database " + path_ + " holds tables but no celtune schema version; refusing to touch it");
   }
   // WAL lets the runtime read while a tuner writes; set once, it sticks to the file.
   exec(db_, path_, "PRAGMA journal_mode = WAL");

@@ -218,6 +218,17 @@ expect 0 "import a faster entry of other kernels" -- "$celtune" db --db "$tmp/h.
 contains out "(0 kept" "the stale entry was not kept"
 expect 0 "lookup after the import" -- "$celtune" lookup --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --mode fwd
 contains out "exact" "the runtime still finds this build's entry"
+# A config the device cannot run is refused as the call would refuse it, from
+# --config and from CELTUNE_CONFIG; one it can run is printed.
+expect 2 "lookup --config with impl fused on the CPU" -- "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd \
+  --config '{"impl":"fused"}'
+contains err "cannot run" "the refusal says the config cannot run here"
+expect 2 "lookup with CELTUNE_CONFIG impl fused on the CPU" -- env CELTUNE_CONFIG='{"impl":"fused"}' \
+  "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd
+contains err "CELTUNE_CONFIG cannot run" "the refusal names CELTUNE_CONFIG"
+expect 0 "lookup --config that runs on the CPU" -- "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd \
+  --config '{"block_size":512}'
+contains out "explicit" "an explicit config that runs is printed with its tag"
 "$celtune" db --db "$tmp/s.sqlite" import "$tmp/stale.jsonl" >/dev/null 2>&1
 expect 0 "merge a stale database into a fresh one" -- "$celtune" db merge "$tmp/s.sqlite" "$tmp/h.sqlite" -o "$tmp/hs.sqlite"
 expect 0 "lookup after the merge" -- "$celtune" lookup --device cpu --db "$tmp/hs.sqlite" --shape 64,32,1000 --mode fwd

@@ -462,6 +462,10 @@ expect 2 "--min-runs above --max-runs" -- "$celtune" tune --device cpu --shape 8
 expect 2 "--budget 0" -- "$celtune" tune --device cpu --shape 8,16,200 --budget 0 --db "$tmp/x.sqlite"
 expect 2 "--ignore-index beyond int64" -- "$celtune" lookup --device cpu --shape 4,8,100 --ignore-index 99999999999999999999
 contains err "out of range" "the ignore-index message says out of range"
+# Days of CPU work (N·V = 2^40, ~9e14 operations; over ten minutes even on 256
+# cores) are refused up front, not started; small inputs keep it off the memory check.
+expect 2 "validate refuses days of CPU work" -- "$celtune" validate --device cpu --shape 1048576,64,1048576
+contains err "--reference fp64" "the refusal says how to run it anyway"
 expect 2 "--softcap -1" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -1
 [ "$(wc -c <"$tmp/err")" -lt 200 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the softcap message is $(wc -c <"$tmp/err") bytes"; }
 expect 2 "a zero vocabulary in --shape" -- "$celtune" validate --device cpu --shape 64,32,0

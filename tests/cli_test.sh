@@ -280,12 +280,20 @@ contains err "sm_90 GPU path" "validate says why the backend cannot run it"
 
 # Malformed tune flags are refused (exit 2) before any database is created.
 for bad in "--max-scratch 1.2.3MiB" "--max-scratch 1..MiB" "--shard 0/2junk" "--shard 0junk/2" "--budget -1" \
-           "--budget 18446744073709551616" "--seed -1" "--seed 18446744073709551616" \
+           "--budget 18446744073709551616" "--seed -1" "--seed 18446744073709551616" "--budget 0x10" \
+           "--min-runs 010 --max-runs 9" \
            "--device cpu --devices cpu" "--devices cpu,,cpu" "--devices ," "--device bogus" "--strategy exhaustive --budget 3"; do
   # shellcheck disable=SC2086
   expect 2 "tune refuses $bad" -- "$celtune" tune --shape 64,32,1000 --mode fwd --db "$tmp/flags.sqlite" $bad
 done
 [ ! -e "$tmp/flags.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune created its database"; }
+# Whole numbers are decimal: CLI11 alone read a leading 0 as octal (H 010 was 8,
+# V 0500 was 320, stored under that key) and 0x as hex.
+expect 0 "--hidden 010 --vocab 0500 are decimal" -- "$celtune" lookup --device cpu --tokens 16 --hidden 010 --vocab 0500 --mode fwd
+contains out ":H10:V500:" "the problem is H 10, V 500"
+expect 2 "--vocab 0x1f4" -- "$celtune" lookup --device cpu --tokens 16 --hidden 32 --vocab 0x1f4 --mode fwd
+expect 0 "validate --seed 010 is seed 10" -- "$celtune" validate --device cpu --shape 4,8,100 --seed 010
+contains out "seed: 10" "the seed replayed is the one typed"
 
 # A database locked by another writer past the busy timeout: tune says so and
 # exits 3; what was stored stays; readers (lookup) are not blocked.

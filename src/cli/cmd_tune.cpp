@@ -96,20 +96,22 @@ Action register_tune(CLI::App& app) {
       ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
       ->capture_default_str();
   auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)")
-                     ->check(whole_number("COUNT", 1));
+                     ->transform(whole_number("COUNT", 1));
   sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
       ->capture_default_str();
   sub->add_flag("--force", a->force, "Re-measure configs the database already holds for this kernel build");
   sub->add_flag("--json", a->json, "One JSON line per finished problem instead of the table");
   sub->add_option("--seed", a->seed, "Seed of the random inputs and of the search")
-      ->check(whole_number("SEED"))
+      ->transform(whole_number("SEED"))
       ->capture_default_str();
   sub->add_option("--min-runs", a->min_runs, "Timed runs per candidate before the CI test")
+      ->transform(whole_number(""))
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
   sub->add_option("--max-runs", a->max_runs,
                   "Cap on timed runs per candidate during the search (the finalists' interleaved round always takes "
                   "max(15, --min-runs))")
+      ->transform(whole_number(""))
       ->check(CLI::Range(3, 10000))
       ->capture_default_str();
   sub->add_option("--gemm-algos", a->gemm_algos,

@@ -82,7 +82,7 @@ Action register_validate(CLI::App& app) {
   // Checked as text: CLI11 clamped 99999999999999999999 to the largest value, and
   // a negative seed meant "random", so neither replayed what the user typed.
   sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)")
-      ->check(whole_number("SEED"));
+      ->transform(whole_number("SEED"));
   sub->add_option("--config", a->config, "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}'");
   sub->add_flag("--verbose", a->verbose, "Print per-output details for passing cases too");
   sub->add_option("--reference", a->reference,

@@ -68,10 +68,12 @@ CLI::Validator whole_number(const std::string& name, uint64_t min) {
       [min](std::string& v) {
         uint64_t x = 0;
         const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-        return !v.empty() && r.ec == std::errc() && r.ptr == v.data() + v.size() && x >= min
-                   ? std::string()
-                   : "expected a whole number from " + std::to_string(min) + " to 18446744073709551615, got '" + v +
-                         "'";
+        if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || x < min)
+          return "expected a whole number from " + std::to_string(min) + " to 18446744073709551615, got '" + v + "'";
+        // Rewritten in canonical decimal: CLI11's own conversion reads a leading
+        // 0 as octal and 0x as hex (--hidden 010 tuned H = 8, --vocab 0500 V = 320).
+        v = std::to_string(x);
+        return std::string();
       },
       name);
 }
@@ -84,8 +86,8 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
                   "Problem shape N,H,V (tokens, hidden, vocab; H is 0 for ce); not with --model, --tokens, --hidden "
                   "or --vocab");
   app->add_option("--tokens", a.tokens, "Token counts: a list (4096,8192) or a range in powers of two (1024..32768)");
-  app->add_option("--hidden", a.hidden, "Hidden size H");
-  app->add_option("--vocab", a.vocab, "Vocabulary size V");
+  app->add_option("--hidden", a.hidden, "Hidden size H")->transform(whole_number("H"));
+  app->add_option("--vocab", a.vocab, "Vocabulary size V")->transform(whole_number("V"));
   std::string names;
   for (const auto& m : model_presets()) names += std::string(names.empty() ? "" : ", ") + m.name;
   app->add_option("--model", a.model,

@@ -486,6 +486,10 @@ contains out "default both" "tune's --mode help says it does both"
 expect 0 "tune into the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" tune --device cpu \
   --shape 8,16,200 --mode fwd --min-runs 3 --max-runs 3 --label-smoothing 0.1 --z-loss 1e-4
 test -s "$tmp/xdg/celtune/celtune.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune did not write the user's database"; }
+# Piped, as in a batch job's log: a line per finished problem on stderr as it
+# finishes, and the header first on stdout (a killed job left empty logs).
+contains err "[1/1] flce:N8:H16:V200:" "piped tune reports each finished problem on stderr"
+head -1 "$tmp/out" | grep -q '^devices: ' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune's header is not first"; }
 expect 0 "lookup finds the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" lookup --device cpu \
   --shape 8,16,200 --mode fwd --label-smoothing 0.1 --z-loss 1e-4
 contains out "exact" "lookup reads the user's database by default"

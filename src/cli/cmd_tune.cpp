@@ -185,6 +185,17 @@ Action register_tune(CLI::App& app) {
     { db::Store check(db_path, db::Access::read_write); }
 
     const bool bar = !a->json && isatty(2);
+    // Piped (a batch job's log), the table comes at the end: say what runs, and
+    // one line on stderr per finished problem, flushed, so a job killed at its
+    // time limit leaves a log of what it stored (it printed nothing before).
+    const bool lines = !a->json && !bar;
+    if (!a->json) {
+      std::cout << "devices: ";
+      for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";
+      std::cout << "\ndatabase: " << db_path << "\nstrategy: " << a->strategy << ", max scratch " << a->max_scratch
+                << "\n\n"
+                << std::flush;
+    }
     std::mutex out_mu;
     std::atomic<size_t> next{0}, finished{0};
     std::vector<TuneResult> results;
@@ -217,6 +228,10 @@ Action register_tune(CLI::App& app) {
           ++finished;
           std::lock_guard lk(out_mu);
           if (bar) std::cerr << "\r" << std::string(120, ' ') << "\r";
+          if (lines)
+            std::cerr << "[" << finished << "/" << problems.size() << "] " << p.key() << "  " << to_string(r.best) << "  "
+                      << fmt("%.3f", r.stats.median_ms) << " ms  " << fmt("%.3fx", r.speedup) << "  "
+                      << fmt("%.1f", r.seconds) << " s" << std::endl;
           if (a->json) {
             std::cout << nlohmann::json{{"device", backend->device().name},
                                         {"problem", p.key()},
@@ -240,6 +255,7 @@ Action register_tune(CLI::App& app) {
           ++finished;
           std::lock_guard lk(out_mu);
           failures.push_back(p.key() + ": " + e.what());
+          if (lines) std::cerr << "[" << finished << "/" << problems.size() << "] " << p.key() << "  FAILED" << std::endl;
           if (a->json) std::cout << nlohmann::json{{"problem", p.key()}, {"error", e.what()}}.dump() << std::endl;
         }
       }
@@ -270,10 +286,6 @@ Action register_tune(CLI::App& app) {
                    (r.algo_evaluated ? " +" + std::to_string(r.algo_evaluated) + " algos" : "") +
                    (r.prior ? ", " + std::to_string(r.prior) + " prior" : ""),
                std::to_string(r.reused), std::to_string(r.failed), fmt("%.1f", r.seconds)});
-      std::cout << "devices: ";
-      for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";
-      std::cout << "\ndatabase: " << db_path << "\nstrategy: " << a->strategy << ", max scratch " << a->max_scratch
-                << "\n\n";
       t.print(std::cout);
       for (const auto& f : failures) std::cout << "FAILED " << f << '\n';
       std::cout << results.size() << " problems tuned, " << failures.size() << " failed in "

@@ -425,6 +425,10 @@ expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a
 cp "$tmp/b.sqlite" "$tmp/damaged.sqlite"
 python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET median_ms = -1"); c.commit()' \
   "$tmp/damaged.sqlite"
+expect 2 "merge without -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
+contains err "--output is required" "merge without -o says -o is required (not 'unknown command')"
+expect 2 "merge with --db" -- "$celtune" db --db "$tmp/a.sqlite" merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/never.sqlite"
+[ ! -e "$tmp/never.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused merge wrote OUT"; }
 expect 3 "merge refuses a damaged row" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/damaged.sqlite" -o "$tmp/m.sqlite"
 contains err "nothing was merged" "the refusal says nothing was merged"
 [ "$("$celtune" db --db "$tmp/m.sqlite" export | md5sum)" = "$("$celtune" db --db "$tmp/m.keep" export | md5sum)" ] \

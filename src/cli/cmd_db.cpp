@@ -121,6 +121,9 @@ int do_import(const DbArgs& a) {
 
 int do_merge(const DbArgs& a) {
   if (a.merge_inputs.size() != 2) fail_usage("db merge takes two input databases: A B -o OUT");
+  // merge reads A and B and writes OUT: a --db there (db --db X merge …) was
+  // ignored without a word, and X was not merged.
+  if (!a.db.empty()) fail_usage("db merge reads the two databases it names and writes -o OUT; --db does not apply");
   namespace fs = std::filesystem;
   for (const auto& in : a.merge_inputs) require_database(in);
   // All or nothing: open and read both inputs before OUT is touched, then write

@@ -35,6 +35,9 @@ std::string unknown_command(CLI::App& app, int argc, char** argv) {
       continue;
     }
     const auto subs = level->get_subcommands({});
+    // A command without subcommands takes its words as arguments (db merge A B):
+    // CLI11's own message (e.g. "--output is required") is the one to show.
+    if (subs.empty()) return "";
     const auto sub = std::find_if(subs.begin(), subs.end(), [&](CLI::App* a) { return a->check_name(tok); });
     if (sub != subs.end()) {
       level = *sub;

@@ -494,6 +494,13 @@ test -s "$tmp/xdg/celtune/celtune.sqlite" && passes=$((passes + 1)) || { fails=$
 # finishes, and the header first on stdout (a killed job left empty logs).
 contains err "[1/1] flce:N8:H16:V200:" "piped tune reports each finished problem on stderr"
 head -1 "$tmp/out" | grep -q '^devices: ' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune's header is not first"; }
+# A relative XDG_DATA_HOME is ignored (the XDG spec): the user's database is
+# then HOME's, the same from every folder.
+expect 0 "tune with a relative XDG_DATA_HOME" -- bash -c 'c=$(realpath "$0") && cd "$1" && env -u CELTUNE_DB \
+  XDG_DATA_HOME=rel HOME="$1/home" "$c" tune --device cpu --shape 8,16,200 --mode fwd --min-runs 3 --max-runs 3' \
+  "$celtune" "$tmp"
+[ ! -e "$tmp/rel" ] && [ -s "$tmp/home/.local/share/celtune/celtune.sqlite" ] && passes=$((passes + 1)) ||
+  { fails=$((fails + 1)); echo "FAIL: a relative XDG_DATA_HOME placed the database"; }
 expect 0 "lookup finds the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" lookup --device cpu \
   --shape 8,16,200 --mode fwd --label-smoothing 0.1 --z-loss 1e-4
 contains out "exact" "lookup reads the user's database by default"

@@ -513,6 +513,10 @@ test -s "$tmp/rel.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); e
 
 # bench on the CPU says what it cannot do instead of printing zeros.
 expect 0 "bench on the cpu" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20
+# With no GPU, bench's default (Llama-3-8B at N = 4096…16384) would time for days
+# on the CPU: refused, saying how to ask for it.
+expect 2 "bench with no GPU refuses days of CPU work" -- env CUDA_VISIBLE_DEVICES= "$celtune" bench
+contains err "pass --device cpu" "the refusal says how to time on the CPU anyway"
 expect 3 "bench with every row skipped" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --runs 20
 contains err "nothing was benchmarked" "an empty benchmark is an error, not a table"
 contains err "ce rows skipped" "bench says why the ce rows are missing"

@@ -86,6 +86,29 @@ Action register_bench(CLI::App& app) {
     const auto problems = build_problems(pa);
     auto backend = open_backend(a->device);
     const auto& dev = backend->device();
+    // The CPU backend at a model's shape takes hours: `celtune bench` with no GPU
+    // found timed Llama-3-8B at N = 4096 on the CPU without a word. Each timed
+    // row (warm-ups included) costs 2·N·H·V multiply-adds forward, 6·N·H·V with
+    // the backward (ce: ~20 an element); past ten minutes it is refused unless
+    // --device cpu asked for the CPU, and noted when it did.
+    if (dev.id == "cpu") {
+      double ops = 0.0;
+      for (const Problem& p : problems) {
+        const double nv = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
+        const double run = p.family == Family::ce ? 20.0 * nv
+                                                  : (p.mode == Mode::forward ? 2.0 : 6.0) * nv * static_cast<double>(p.hidden);
+        const double rows = static_cast<double>(std::max<size_t>(1, a->configs.size())) +
+                            (p.family == Family::flce && !a->no_unfused ? 1.0 : 0.0);
+        ops += run * rows * static_cast<double>(a->runs + 3);
+      }
+      const CpuWork work = cpu_work(ops);
+      if (work.minutes > 10.0) {
+        if (a->device.empty())
+          fail_usage("no CUDA GPU was found, and timing these problems on the CPU needs " + work.what +
+                     "; pass --device cpu to time them here anyway, or a smaller --tokens or --shape");
+        std::cerr << "note: timing these problems needs " << work.what << '\n';
+      }
+    }
     TimingPlan plan;
     plan.min_runs = a->runs;
     plan.max_runs = a->runs;

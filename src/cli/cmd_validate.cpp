@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <thread>
 
 #include <unistd.h>
 
@@ -181,9 +180,7 @@ Action register_validate(CLI::App& app) {
     for (const auto& vc : cases) require_host_memory(vc.problem);  // exit 3 before any case runs
     // Nor hours of CPU work by surprise (Llama-3-8B at N = 4096 with no GPU: the
     // kernels twice, the fp64 truth and the unfused baseline, ~2.6e13 operations).
-    // Past ten minutes at ~1e9 operations a second a core (measured here: the
-    // CPU backend and the fp64 reference at N·V·H = 1e9) it runs only when
-    // --reference fp64 names the CPU truth.
+    // Past ten minutes it runs only when --reference fp64 names the CPU truth.
     {
       const bool cpu_kernels = dev.id == "cpu", gpu_truth = cuda_device_count() > 0;
       double ops = 0.0;
@@ -192,11 +189,9 @@ Action register_validate(CLI::App& app) {
         const bool fp64_truth = truth == Truth::fp64 || (truth == Truth::automatic && (c <= kFp64Budget || !gpu_truth));
         ops += (cpu_kernels ? 2.0 * c : 0.0) + (fp64_truth ? 2.0 * c : 0.0);
       }
-      const double cores = std::max(1u, std::thread::hardware_concurrency());
-      const double minutes = ops / (1e9 * cores) / 60.0;
-      if (minutes > 10.0) {
-        const std::string what = "these cases need about " + fmt("%.3g", ops) + " operations on this machine's CPU (" +
-                                  fmt("%.0f", cores) + " cores), roughly " + fmt("%.0f", minutes) + " minutes";
+      const CpuWork work = cpu_work(ops);
+      if (work.minutes > 10.0) {
+        const std::string what = "these cases need " + work.what;
         if (truth != Truth::fp64)
           fail_usage(what + "; validate them on a CUDA GPU (its reference judges large shapes), or pass --reference "
                             "fp64 to run them here anyway");

@@ -1,10 +1,13 @@
 #include "problem_args.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "model/error.hpp"
+#include "output.hpp"
 
 namespace celtune::cli {
 
@@ -76,6 +79,13 @@ CLI::Validator whole_number(const std::string& name, uint64_t min) {
         return std::string();
       },
       name);
+}
+
+CpuWork cpu_work(double ops) {
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double minutes = ops / (1e9 * cores) / 60.0;
+  return {minutes, "about " + fmt("%.3g", ops) + " operations on this machine's CPU (" + fmt("%.0f", cores) +
+                       " cores), roughly " + fmt("%.0f", minutes) + " minutes"};
 }
 
 void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default) {

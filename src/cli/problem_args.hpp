@@ -41,6 +41,16 @@ struct ProblemArgs {
 // so what ran was not what the user typed. `name` is the help text's placeholder.
 CLI::Validator whole_number(const std::string& name, uint64_t min = 0);
 
+// Minutes `ops` operations take on this machine's CPU, at ~1e9 operations a
+// second a core (measured here: the CPU backend and the fp64 reference at
+// N·V·H = 1e9), and a sentence saying so. validate and bench use it to refuse
+// hours of CPU work that nobody asked for.
+struct CpuWork {
+  double minutes;
+  std::string what;
+};
+CpuWork cpu_work(double ops);
+
 // mode_default: what the subcommand does without --mode, for the help text.
 void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default = "fwdbwd");
 

@@ -190,6 +190,10 @@ double fp64_cost(const Problem& p) {
   return nv * (p.family == Family::flce ? 3.0 * static_cast<double>(p.hidden) + 20.0 : 20.0);
 }
 
+bool gpu_truth(const Problem& p, Truth choice, bool have_gpu) {
+  return choice == Truth::gpu || (choice == Truth::automatic && fp64_cost(p) > kFp64Budget && have_gpu);
+}
+
 Truth parse_truth(std::string_view s) {
   if (s == "auto") return Truth::automatic;
   if (s == "fp64") return Truth::fp64;
@@ -270,8 +274,7 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
   const Problem& p = vc.problem;
   try {
     const bool have_gpu = cuda_device_count() > 0;
-    const bool gpu_ref =
-        choice == Truth::gpu || (choice == Truth::automatic && fp64_cost(p) > kFp64Budget && have_gpu);
+    const bool gpu_ref = gpu_truth(p, choice, have_gpu);
     if (gpu_ref && !have_gpu) fail_env("the GPU reference needs a CUDA GPU and a build with CUDA");
     backend.check(p, vc.config);
     const HostCase in = make_case(p, vc.spec);

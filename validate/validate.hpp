@@ -61,6 +61,8 @@ struct ValidationCase {
 enum class Truth { automatic, fp64, gpu };
 inline constexpr double kFp64Budget = 0x1p33;  // about two seconds on 16 cores
 double fp64_cost(const Problem& p);
+// Whether `choice` judges p by the GPU reference (else fp64 on the CPU).
+bool gpu_truth(const Problem& p, Truth choice, bool have_gpu);
 Truth parse_truth(std::string_view s);  // "auto", "fp64", "gpu"; Error(usage) otherwise
 
 struct CaseResult {

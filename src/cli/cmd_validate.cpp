@@ -182,12 +182,11 @@ Action register_validate(CLI::App& app) {
     // kernels twice, the fp64 truth and the unfused baseline, ~2.6e13 operations).
     // Past ten minutes it runs only when --reference fp64 names the CPU truth.
     {
-      const bool cpu_kernels = dev.id == "cpu", gpu_truth = cuda_device_count() > 0;
+      const bool cpu_kernels = dev.id == "cpu", have_gpu = cuda_device_count() > 0;
       double ops = 0.0;
       for (const auto& vc : cases) {
         const double c = fp64_cost(vc.problem);
-        const bool fp64_truth = truth == Truth::fp64 || (truth == Truth::automatic && (c <= kFp64Budget || !gpu_truth));
-        ops += (cpu_kernels ? 2.0 * c : 0.0) + (fp64_truth ? 2.0 * c : 0.0);
+        ops += (cpu_kernels ? 2.0 * c : 0.0) + (gpu_truth(vc.problem, truth, have_gpu) ? 0.0 : 2.0 * c);
       }
       const CpuWork work = cpu_work(ops);
       if (work.minutes > 10.0) {

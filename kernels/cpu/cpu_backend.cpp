@@ -7,7 +7,7 @@
 // dtype as the config says.
 //
 // How (the same schedule as kernels/flce):
-//   for each row chunk R (row_chunk rows):
+//   for each row chunk R (at most row_chunk rows, as even as 128-row tiles allow):
 //     pass 1, for each vocabulary chunk C (v_chunk columns):
 //       tile = X[R]·W[C]ᵀ + b[C]           (ce: tile = Z[R, C])
 //       fold the tile into a fresh (max, sum-exp) partial, BLOCK_SIZE columns at a
@@ -82,11 +82,13 @@ class Runner {
       }
     }
     tile_.resize(static_cast<size_t>(rc_ * vc_));
-    const int64_t n_row_chunks = (N_ + rc_ - 1) / rc_;
+    // The CUDA backend's cuBLASLt path: row chunks in whole 128-row tiles.
+    const std::vector<int64_t> chunks = c_.row_chunk_rows(p_, flce ? 128 : 0);
     // dW needs an fp32 accumulator unless there is a single row chunk (then each
     // element is written once) or the config asks for output-dtype accumulation.
-    dw_in_out_dtype_ = !c_.dw_acc_fp32 && n_row_chunks > 1;
-    for (int64_t r0 = 0; r0 < N_; r0 += rc_) row_chunk(r0, std::min(rc_, N_ - r0), out);
+    dw_in_out_dtype_ = !c_.dw_acc_fp32 && chunks.size() > 1;
+    int64_t r0 = 0;
+    for (const int64_t rows : chunks) row_chunk(r0, rows, out), r0 += rows;
 
     if (bwd_ && flce) {
       out.dw.resize(dw_acc_.size());

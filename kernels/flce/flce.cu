@@ -2,7 +2,7 @@
 //
 // What it computes: loss = CE(X·Wᵀ + b, y) and dX, dW, db (flce-math.md), never
 // holding the [N,V] logits. Schedule (the CPU backend runs the same one):
-//   for each row chunk R (row_chunk rows):
+//   for each row chunk R (at most row_chunk rows, as even as whole GEMM tiles allow):
 //     pass 1, for each vocabulary chunk C (v_chunk columns):
 //       tile[R,C] = X[R]·W[C]ᵀ + b[C]          GEMM 1, written in the input dtype
 //       fold the tile into the rows' (max, sum-exp) state        ce_fold
@@ -342,8 +342,9 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
                at_mut(tile, q.c0, bytes), 0.0f, st, algo(GemmRole::logits));
   };
   // fused: the logits GEMM over all of V with the statistics in its epilogue
-  // (storing the tile when `store`), then the target logits and the merge: the
-  // rows' LSE and token loss are final afterwards.
+  // (storing the tile when `store`; the thread holding each row's target column
+  // writes its logit), then the merge: the rows' LSE and token loss are final
+  // afterwards.
   auto stats = [&](int64_t r0, int64_t rows, bool store) {
     const int lv = logits_variant(c);
     auto* lse_part = reinterpret_cast<sm90::LsePair*>(base + L.lse_part);
@@ -387,8 +388,11 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);
   };
 
-  for (int64_t r0 = 0; r0 < L.N; r0 += L.rc) {
-    const int64_t rows = std::min(L.rc, L.N - r0);
+  // Row chunks in whole tiles of the logits GEMM's rows: its clusters (fused) or
+  // cuBLASLt's 128-row tiles.
+  const int64_t row_unit = L.fused ? kSm90LogitsClusterRows[logits_variant(c)] : 128;
+  int64_t r0 = 0;
+  for (const int64_t rows : c.row_chunk_rows(p, p.family == Family::flce ? row_unit : 0)) {
     if (L.fused) {
       // Forward, or the two-pass backward's first pass: statistics only. One pass:
       // the same GEMM stores the tile, and dZ overwrites it from the final LSE.
@@ -415,6 +419,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       }
       if (L.dx_acc) convert_from_f32(dx_acc, at_mut(a.dx, r0 * H, bytes), p.dtype, rows * H, st);
     }
+    r0 += rows;
   }
   if (L.dw_acc) convert_from_f32(dw_acc, a.dw, p.dtype, L.V * H, st);
   if (L.db_acc) convert_from_f32(db_acc, a.db, p.dtype, L.V, st);

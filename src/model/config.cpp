@@ -21,6 +21,20 @@ int64_t KernelConfig::row_chunk_for(const Problem& p) const {
   return (row_chunk <= 0 || row_chunk >= p.tokens) ? p.tokens : row_chunk;
 }
 
+std::vector<int64_t> KernelConfig::row_chunk_rows(const Problem& p, int64_t unit) const {
+  const int64_t n = p.tokens, rc = row_chunk_for(p), chunks = (n + rc - 1) / rc;
+  std::vector<int64_t> rows;
+  const int64_t units = unit > 0 ? (n + unit - 1) / unit : 0;
+  if (unit > 0 && rc >= unit && (units + chunks - 1) / chunks * unit <= rc) {
+    // Larger chunks first; the last one ends at n (its final unit may be partial).
+    for (int64_t i = 0; i < chunks; ++i) rows.push_back((units / chunks + (i < units % chunks ? 1 : 0)) * unit);
+    rows.back() -= units * unit - n;
+  } else {
+    for (int64_t r0 = 0; r0 < n; r0 += rc) rows.push_back(std::min(rc, n - r0));
+  }
+  return rows;
+}
+
 void validate_config(const Problem& p, const KernelConfig& c) {
   auto pow2 = [](int64_t v) { return v > 0 && std::has_single_bit(static_cast<uint64_t>(v)); };
   if (!pow2(c.block_size) || c.block_size < 32 || c.block_size > 65536)

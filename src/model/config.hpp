@@ -70,6 +70,13 @@ struct KernelConfig {
   // Chunk sizes clamped to the problem (a v_chunk of 0 or ≥ V means "all of V").
   int64_t v_chunk_for(const Problem& p) const;
   int64_t row_chunk_for(const Problem& p) const;
+  // The rows of each chunk, in order. As many chunks as row_chunk_for(p) asks
+  // for, but as even as whole units of `unit` rows allow (a GEMM's row tile or
+  // cluster), so no chunk is a thin tail: dW's in-place accumulation re-reads and
+  // re-writes all of dW for every chunk, and a 256-row tail after five of 768 cost
+  // as much as a full chunk (ncu, H100, Llama-3-8B N = 4096). Plain chunks of
+  // row_chunk_for(p) where even units would not fit in it.
+  std::vector<int64_t> row_chunk_rows(const Problem& p, int64_t unit) const;
   bool one_pass(const Problem& p) const { return v_chunk_for(p) >= p.vocab; }
 };
 

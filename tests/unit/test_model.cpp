@@ -147,6 +147,51 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK_NOTHROW(validate_config(p, odd));
 }
 
+TEST_CASE("row chunks are as even as whole GEMM tiles allow, never a thin tail") {
+  Problem p;
+  p.hidden = 4096, p.vocab = 128256;
+  KernelConfig c;
+  c.row_chunk = 768;
+  using R = std::vector<int64_t>;
+  p.tokens = 4096;  // five of 768 and a 256-row tail, once
+  CHECK(c.row_chunk_rows(p, 256) == R{768, 768, 768, 768, 512, 512});
+  p.tokens = 16384;
+  const R r16k = c.row_chunk_rows(p, 256);
+  CHECK(r16k.size() == 22);
+  CHECK(r16k.front() == 768);
+  CHECK(r16k.back() == 512);
+  p.tokens = 4000;  // the last unit partial
+  CHECK(c.row_chunk_rows(p, 256) == R{768, 768, 768, 768, 512, 416});
+  p.tokens = 700;  // one chunk
+  CHECK(c.row_chunk_rows(p, 256) == R{700});
+  c.row_chunk = 700;  // even units would not fit in 700 rows: plain chunks
+  p.tokens = 4096;
+  CHECK(c.row_chunk_rows(p, 256) == R{700, 700, 700, 700, 700, 596});
+  c.row_chunk = 768;
+  CHECK(c.row_chunk_rows(p, 0) == R{768, 768, 768, 768, 768, 256});  // no unit: plain
+  c.row_chunk = 100;  // smaller than the unit: plain
+  p.tokens = 250;
+  CHECK(c.row_chunk_rows(p, 128) == R{100, 100, 50});
+  // Every split: as many chunks as row_chunk asks for, none larger, covering N.
+  for (int64_t rc : {128, 256, 640, 768, 896, 1000, 1792}) {
+    for (int64_t n : {1, 127, 128, 129, 1000, 4096, 8191, 8192, 16384, 32768}) {
+      for (int64_t unit : {0, 64, 128, 256}) {
+        c.row_chunk = rc, p.tokens = n;
+        const R rows = c.row_chunk_rows(p, unit);
+        const int64_t want = (n + c.row_chunk_for(p) - 1) / c.row_chunk_for(p);
+        CHECK(static_cast<int64_t>(rows.size()) == want);
+        int64_t sum = 0;
+        for (int64_t r : rows) {
+          CHECK(r > 0);
+          CHECK(r <= c.row_chunk_for(p));
+          sum += r;
+        }
+        CHECK(sum == n);
+      }
+    }
+  }
+}
+
 TEST_CASE("default config is sensible for the Llama-3 classifier") {
   Problem p;
   p.tokens = 16384, p.hidden = 4096, p.vocab = 128256;

@@ -374,13 +374,18 @@ class CudaBackend : public Backend {
     fill_random(w.get(), V * H, p.dtype, 2, 0.05f);
     fill_random(z.get(), N * V, p.dtype, 3, 1e-3f);
     Buffer dx(static_cast<size_t>(N * H) * e), dw(static_cast<size_t>(V * H) * e);
+    // The floor GEMMs get the default config's workspace: what they pay, not less.
+    const size_t ws_bytes = size_t{KernelConfig::kDefaultWorkspaceMib} << 20;
+    Buffer wsb(ws_bytes);
+    CELTUNE_CUDA(cudaMemset(wsb.get(), 0, ws_bytes));
+    const Workspace ws{wsb.get(), ws_bytes};
     const GemmShape logits{ty, ty, true, false, V, N, H, H, H, V};
     const GemmShape gdx{ty, ty, false, false, H, N, V, H, V, H};
     const GemmShape gdw{ty, ty, false, true, H, V, N, H, V, H};
-    f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(logits, w.get(), x.get(), z.get(), 0.0f, nullptr); }, 20));
+    f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(logits, w.get(), x.get(), z.get(), 0.0f, nullptr, ws); }, 20));
     if (p.mode == Mode::forward_backward) {
-      f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(gdx, w.get(), z.get(), dx.get(), 0.0f, nullptr); }, 20));
-      f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(gdw, x.get(), z.get(), dw.get(), 0.0f, nullptr); }, 20));
+      f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(gdx, w.get(), z.get(), dx.get(), 0.0f, nullptr, ws); }, 20));
+      f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(gdw, x.get(), z.get(), dw.get(), 0.0f, nullptr, ws); }, 20));
     }
     return f;
   }

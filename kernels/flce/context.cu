@@ -13,18 +13,12 @@ Context::Context(int device) : device_(device) {
   poison_scratch_ = poison && *poison && std::string(poison) != "0";
   DeviceScope on(device);
   CELTUNE_CUBLAS(cublasLtCreate(&lt_));
-  CELTUNE_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
-  // Zeroed once: cuBLASLt's split-K reduction reads fp32 partials from the
-  // workspace that initcheck reports as never written (N·V > 2^31, H = 64), and
-  // whatever it reads must not depend on what the allocation held before.
-  CELTUNE_CUDA(cudaMemset(workspace_, 0, kWorkspaceBytes));
 }
 
 Context::~Context() {
   DeviceScope on(device_, std::nothrow);
   for (auto& [k, p] : plans_) release(p);
   cudaFree(scratch_);
-  cudaFree(workspace_);
   cublasLtDestroy(lt_);
 }
 
@@ -83,11 +77,11 @@ void Context::release(Plan& p) {
   p = Plan{};
 }
 
-std::vector<Context::Algo> Context::heuristic(const Plan& p, int k, cublasStatus_t* status) {
+std::vector<Context::Algo> Context::heuristic(const Plan& p, int k, size_t ws_bytes, cublasStatus_t* status) {
   cublasLtMatmulPreference_t pref = nullptr;
   *status = cublasLtMatmulPreferenceCreate(&pref);
   if (*status != CUBLAS_STATUS_SUCCESS) return {};
-  const size_t ws = kWorkspaceBytes;
+  const size_t ws = ws_bytes;
   // Our chunk pointers are 16-byte aligned (H and v_chunk multiples of 8), not
   // 256: tell the heuristic, so it picks algorithms valid for every chunk.
   const uint32_t align = 16;
@@ -109,19 +103,19 @@ std::vector<Context::Algo> Context::heuristic(const Plan& p, int k, cublasStatus
   return out;
 }
 
-std::vector<std::string> Context::heuristic_algos(const GemmShape& s, int k) {
+std::vector<std::string> Context::heuristic_algos(const GemmShape& s, int k, size_t ws_bytes) {
   DeviceScope on(device_);
   Plan p = describe(s);
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  const auto algos = heuristic(p, k, &st);
+  const auto algos = heuristic(p, k, ws_bytes, &st);
   release(p);
   std::vector<std::string> out;
   for (const auto& a : algos) out.push_back(serialise_algo(a.algo));
   return out;
 }
 
-const Context::Plan& Context::plan(const GemmShape& s, const std::string& algo) {
-  if (auto it = plans_.find(PlanKey{s, algo}); it != plans_.end()) return it->second;
+const Context::Plan& Context::plan(const GemmShape& s, const std::string& algo, size_t ws_bytes) {
+  if (auto it = plans_.find(PlanKey{s, algo, ws_bytes}); it != plans_.end()) return it->second;
   Plan p = describe(s);
   bool have = false;
   if (!algo.empty()) {
@@ -134,7 +128,7 @@ const Context::Plan& Context::plan(const GemmShape& s, const std::string& algo) 
     // whether it also serves this one (and within our workspace).
     cublasLtMatmulHeuristicResult_t check{};
     if (cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.d, p.d, &tuned, &check) == CUBLAS_STATUS_SUCCESS &&
-        check.workspaceSize <= kWorkspaceBytes) {
+        check.workspaceSize <= ws_bytes) {
       p.algo = tuned;
       have = true;
     } else {
@@ -143,7 +137,7 @@ const Context::Plan& Context::plan(const GemmShape& s, const std::string& algo) 
   }
   if (!have) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    const auto algos = heuristic(p, 1, &st);
+    const auto algos = heuristic(p, 1, ws_bytes, &st);
     if (algos.empty()) {
       release(p);
       throw Error(Status::environment, "cuBLASLt has no algorithm for GEMM m=" + std::to_string(s.m) +
@@ -152,16 +146,16 @@ const Context::Plan& Context::plan(const GemmShape& s, const std::string& algo) 
     }
     p.algo = algos.front().algo;
   }
-  return plans_.emplace(PlanKey{s, algo}, p).first->second;
+  return plans_.emplace(PlanKey{s, algo, ws_bytes}, p).first->second;
 }
 
 void Context::gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st,
-                   const std::string* algo) {
+                   const Workspace& ws, const std::string* algo) {
   static const std::string kHeuristic;
-  const Plan& p = plan(s, algo ? *algo : kHeuristic);
+  const Plan& p = plan(s, algo ? *algo : kHeuristic, ws.bytes);
   const float alpha = 1.0f;
-  CELTUNE_CUBLAS(cublasLtMatmul(lt_, p.op, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, workspace_,
-                                kWorkspaceBytes, st));
+  CELTUNE_CUBLAS(
+      cublasLtMatmul(lt_, p.op, &alpha, a, p.a, b, p.b, &beta, d, p.d, d, p.d, &p.algo, ws.ptr, ws.bytes, st));
 }
 
 }  // namespace celtune::cuda

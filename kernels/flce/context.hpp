@@ -1,6 +1,6 @@
-// The CUDA context: one cuBLASLt handle and workspace per context, a cache of
-// GEMM plans (descriptors + the heuristic's algorithm), and a grow-only scratch
-// buffer. Not thread-safe: one context per thread (the runtime documents this).
+// The CUDA context: one cuBLASLt handle per context, a cache of GEMM plans
+// (descriptors + the heuristic's algorithm for a workspace size), and a grow-only
+// scratch buffer. The GEMM workspace is each call's own (a piece of its scratch). Not thread-safe: one context per thread (the runtime documents this).
 #pragma once
 
 #include <cublasLt.h>
@@ -12,6 +12,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "kernels/flce/workspace.hpp"
 
 namespace celtune::cuda {
 
@@ -43,11 +45,14 @@ class Context {
   // heuristic's first choice. A tuned algorithm is found for the config's
   // full-chunk shape; where cuBLASLt's check rejects it for another shape (the
   // ragged last chunk), that shape takes the heuristic's choice instead.
+  // `ws`: the device memory it may use; the heuristic picks among the algorithms
+  // that fit it.
   void gemm(const GemmShape& s, const void* a, const void* b, void* d, float beta, cudaStream_t st,
-            const std::string* algo = nullptr);
-  // The heuristic's first k algorithms for a shape, serialised; [0] is what a
-  // null `algo` runs. The tuner's candidates for each GEMM role.
-  std::vector<std::string> heuristic_algos(const GemmShape& s, int k);
+            const Workspace& ws, const std::string* algo = nullptr);
+  // The heuristic's first k algorithms for a shape within `ws_bytes` of
+  // workspace, serialised; [0] is what a null `algo` runs. The tuner's candidates
+  // for each GEMM role.
+  std::vector<std::string> heuristic_algos(const GemmShape& s, int k, size_t ws_bytes);
   // Shapes that fell back from a tuned algorithm to the heuristic (diagnostics).
   int64_t algo_fallbacks() const { return algo_fallbacks_; }
   // CELTUNE_POISON_SCRATCH=1: fill scratch with NaN before every call, so a read
@@ -55,10 +60,6 @@ class Context {
   bool poison_scratch() const { return poison_scratch_; }
   // Scratch of at least `bytes`, valid until the next call; contents undefined.
   void* scratch(size_t bytes);
-  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
-  // The GEMM workspace, also lent to the fused path's CUTLASS kernels: the
-  // context's GEMMs run one after another on its stream.
-  void* workspace() const { return workspace_; }
 
  private:
   struct Plan {
@@ -75,19 +76,21 @@ class Context {
   struct Algo {
     cublasLtMatmulAlgo_t algo;
   };
-  std::vector<Algo> heuristic(const Plan& p, int k, cublasStatus_t* status);
-  const Plan& plan(const GemmShape& s, const std::string& algo);
+  std::vector<Algo> heuristic(const Plan& p, int k, size_t ws_bytes, cublasStatus_t* status);
+  const Plan& plan(const GemmShape& s, const std::string& algo, size_t ws_bytes);
 
   int device_;
   bool poison_scratch_ = false;
   cublasLtHandle_t lt_ = nullptr;
-  void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   struct PlanKey {
     GemmShape shape;
     std::string algo;
-    bool operator<(const PlanKey& o) const { return shape < o.shape || (!(o.shape < shape) && algo < o.algo); }
+    size_t ws_bytes;
+    bool operator<(const PlanKey& o) const {
+      return shape < o.shape || (!(o.shape < shape) && std::tie(algo, ws_bytes) < std::tie(o.algo, o.ws_bytes));
+    }
   };
   std::map<PlanKey, Plan> plans_;
   int64_t algo_fallbacks_ = 0;

@@ -88,7 +88,7 @@ struct Layout {
   // blocks (one block: a cluster of one), which needs no partials.
   int ce_splits = 1;
   bool ce_cluster = false;
-  size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, ce_parts, total;
+  size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, ce_parts, ws, ws_bytes, total;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -121,7 +121,8 @@ struct Layout {
       off += (bytes + 255) / 256 * 256;
       return at;
     };
-    state = take(flce ? sizeof(float) * 4 * static_cast<size_t>(N) : 0);  // flce's chunks fold into it
+    // The cuBLASLt path's chunks fold into it; the fused path's merge writes the LSE.
+    state = take(flce && !fused ? sizeof(float) * 4 * static_cast<size_t>(N) : 0);
     counters = take(2 * sizeof(int64_t));
     // Fused forward stores no tile: the statistics come out of the GEMM's epilogue.
     tile = take(flce && (bwd || !fused) ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
@@ -133,6 +134,8 @@ struct Layout {
     lse_part = take(parts * sizeof(sm90::LsePair));
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
+    ws_bytes = flce ? static_cast<size_t>(c.workspace_mib) << 20 : 0;
+    ws = take(ws_bytes);
     total = off;
   }
 };
@@ -277,13 +280,13 @@ std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Proble
       continue;
     }
     // The candidates of the aligned piece, the shape nearly all the work runs at.
-    out.push_back(ctx.heuristic_algos(gemm_shape(r, p, L, L.rc, col_pieces(L.vc).front().n), k));
+    out.push_back(ctx.heuristic_algos(gemm_shape(r, p, L, L.rc, col_pieces(L.vc).front().n), k, L.ws_bytes));
   }
   return out;
 }
 
 size_t scratch_bytes(const Problem& p, const KernelConfig& c) {
-  return Layout(p, c).total + (p.family == Family::flce ? Context::kWorkspaceBytes : 0);
+  return Layout(p, c).total;
 }
 
 namespace {
@@ -307,6 +310,9 @@ Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const 
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
   Prologue out{L, base, loss_params(p, a, n_valid), row_state(base, L), CeLaunch{c.block_size, c.threads, c.fused ? L.vc : 0}};
   if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
+  // cuBLASLt's split-K reduction reads workspace that initcheck reports as never
+  // written (N·V > 2^31, H = 64): zeroed, so nothing depends on what it held.
+  if (L.ws_bytes) CELTUNE_CUDA(cudaMemsetAsync(base + L.ws, 0, L.ws_bytes, st));
   count_targets(out.lp, L.N, n_valid, bad, st);
   return out;
 }
@@ -331,7 +337,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   auto at_mut = [](void* ptr, int64_t elems, int64_t elem_bytes) { return static_cast<char*>(ptr) + elems * elem_bytes; };
   // Tuned cuBLASLt algorithms per GEMM role, or null for the heuristic's.
   auto algo = [&](GemmRole r) { return c.gemm_algos.empty() ? nullptr : &c.gemm_algos[static_cast<size_t>(r)]; };
-  const sm90::Workspace ws{ctx.workspace(), Context::kWorkspaceBytes};
+  const Workspace ws{base + L.ws, L.ws_bytes};
 
   if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
 
@@ -339,7 +345,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   auto logits = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     for (const ColPiece& q : col_pieces(cols))
       ctx.gemm(gemm_shape(GemmRole::logits, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(a.x, r0 * H, bytes),
-               at_mut(tile, q.c0, bytes), 0.0f, st, algo(GemmRole::logits));
+               at_mut(tile, q.c0, bytes), 0.0f, st, ws, algo(GemmRole::logits));
   };
   // fused: the logits GEMM over all of V with the statistics in its epilogue
   // (storing the tile when `store`; the thread holding each row's target column
@@ -369,7 +375,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
       for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
         ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
-                 d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, algo(GemmRole::dx));
+                 d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
     }
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
@@ -382,7 +388,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       } else {
         for (const ColPiece& q : col_pieces(cols))
           ctx.gemm(gemm_shape(GemmRole::dw, p, L, rows, q.n), at(a.x, r0 * H, bytes), at(tile, q.c0, bytes),
-                   at_mut(d, q.c0 * H, L.dw_acc ? 4 : bytes), first_r ? 0.0f : 1.0f, st, algo(GemmRole::dw));
+                   at_mut(d, q.c0 * H, L.dw_acc ? 4 : bytes), first_r ? 0.0f : 1.0f, st, ws, algo(GemmRole::dw));
       }
     }
     if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);

@@ -29,11 +29,18 @@ std::vector<int64_t> dw_rows(bool used) {
 
 // The fused forward+backward seed: the default's chunks and accumulators, its row
 // chunk down to whole clusters of the logits GEMM (variants.hpp) so no padding
-// rows are computed, and further while the fused path's extra scratch (the
+// rows are computed, and further while the fused path's scratch (the tile; the
 // statistics partials, 8 bytes a row and BLOCK_N columns, 4 more with label
-// smoothing; the target logits, 4 bytes a token) would not fit the default's
-// tile budget. At Qwen2.5-7B's 768 rows they took the seed to 259 MiB, past
-// tune's 256, and it was never measured.
+// smoothing; the target logits, 4 bytes a token; the GEMM workspace) would not fit
+// the default's 256 MiB. At Qwen2.5-7B's 768 rows they took the seed to 259 MiB,
+// past tune's 256, and it was never measured.
+//
+// The workspace shrinks to 1 MiB where that fits fewer row chunks and the dX GEMM
+// of a chunk is at least as large as where 1 MiB was measured as fast as 32
+// (1024 rows at H = 4096): every chunk costs ~0.6 ms of dW read-modify-write and
+// GEMM ramps (Llama-3-8B on the H100: 4 chunks of 1024 rows 20.5–20.9 ms against
+// 6 of 768 rows 21.9–22.1). Skinnier dX GEMMs need cuBLASLt's split-K, which
+// needs the workspace (Gemma-2-2B, 512 rows, H = 2304: 37.0 ms without, 29.6 with).
 KernelConfig fused_seed(const Problem& p, KernelConfig f) {
   f.impl = KernelConfig::Impl::fused;
   const int64_t cluster_rows = kSm90LogitsClusterRows[0];
@@ -42,14 +49,31 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f) {
   const int64_t tile_row = (f.v_chunk_for(p) + 127) / 128 * 128 * dtype_bytes(p.dtype);  // flce.cu's layout
   const int64_t part_row =
       (p.vocab + kSm90LogitsBlockN[0] - 1) / kSm90LogitsBlockN[0] * (p.loss.label_smoothing > 0 ? 12 : 8);
-  const int64_t room = flce_tile_budget(p) - 4 * p.tokens - 4096;  // 4 KiB: pieces start on 256-byte boundaries
-  int64_t rc = rc0 / cluster_rows * cluster_rows;
-  while (rc > cluster_rows && rc * (tile_row + part_row) > room) rc -= cluster_rows;
+  // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
+  // state, and the full workspace), less the target logits and 8 KiB for pieces
+  // starting on 256-byte boundaries.
+  const int64_t total = flce_tile_budget(p) + 16 * p.tokens + 4096 + (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
+  auto room = [&](int64_t ws_mib) { return total - (ws_mib << 20) - 4 * p.tokens - 8192; };
+  auto fit = [&](int64_t start, int64_t ws_mib) {
+    int64_t rc = start / cluster_rows * cluster_rows;
+    while (rc > cluster_rows && rc * (tile_row + part_row) > room(ws_mib)) rc -= cluster_rows;
+    return rc;
+  };
+  auto chunks = [&](int64_t rows) { return (p.tokens + rows - 1) / rows; };
+  constexpr int64_t kLeanWorkspaceMib = 1;
+  int64_t rc = fit(rc0, KernelConfig::kDefaultWorkspaceMib);
+  const int64_t lean_rc = fit(room(kLeanWorkspaceMib) / (tile_row + part_row), kLeanWorkspaceMib);
+  if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{1024} * 4096) {
+    rc = lean_rc;
+    f.workspace_mib = kLeanWorkspaceMib;
+  }
   f.row_chunk = rc >= p.tokens ? 0 : rc;
   // Rows split where the default's were not: dW accumulates, in fp32 only where
-  // that accumulator fits beside the tile (default_config's rule).
+  // that accumulator fits beside the tile (default_config's rule). One chunk
+  // where the default had several: nothing accumulates (fp32, the grid's point).
   if (rc0 >= p.tokens && f.row_chunk != 0)
-    f.dw_acc_fp32 = f.dx_acc_fp32 = p.vocab * p.hidden * 4 + rc * (tile_row + part_row) <= room;
+    f.dw_acc_fp32 = f.dx_acc_fp32 = p.vocab * p.hidden * 4 + rc * (tile_row + part_row) <= room(f.workspace_mib);
+  if (rc0 < p.tokens && f.row_chunk == 0 && f.one_pass(p)) f.dw_acc_fp32 = f.dx_acc_fp32 = true;
   return f;
 }
 }  // namespace
@@ -109,6 +133,11 @@ SearchSpace flce_space(const Problem& p) {
       // One switch for both accumulators: fp32 scratch, or the output dtype.
       {"acc_fp32", bwd && p.dtype != DType::fp32 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{1},
        [](KernelConfig& c, int64_t v) { c.dw_acc_fp32 = c.dx_acc_fp32 = v != 0; }},
+      // The GEMM workspace (config.hpp): the full 32 MiB, or 1 for one more row
+      // cluster within the budget where the GEMMs need no split-K.
+      {"workspace_mib", bwd ? std::vector<int64_t>{KernelConfig::kDefaultWorkspaceMib, 1}
+                            : std::vector<int64_t>{KernelConfig::kDefaultWorkspaceMib},
+       [](KernelConfig& c, int64_t v) { c.workspace_mib = static_cast<int>(v); }},
       {"fused", bwd ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0},
        [](KernelConfig& c, int64_t v) { c.fused = v != 0; }},
       // cuBLASLt GEMMs + CE kernels, or the fused sm_90 CUTLASS path (16-bit inputs;

@@ -43,6 +43,8 @@ void validate_config(const Problem& p, const KernelConfig& c) {
     fail_usage("threads must be a power of two in [32, 1024], got " + std::to_string(c.threads));
   if (c.v_chunk < 0) fail_usage("v_chunk must be ≥ 0 (0 = whole vocabulary)");
   if (c.row_chunk < 0) fail_usage("row_chunk must be ≥ 0 (0 = all tokens)");
+  if (c.workspace_mib < 0 || c.workspace_mib > 256)
+    fail_usage("workspace_mib must be in [0, 256], got " + std::to_string(c.workspace_mib));
   if (c.rows_per_block < 1 || c.rows_per_block > 64)
     fail_usage("rows_per_block must be in [1, 64], got " + std::to_string(c.rows_per_block));
   // A tile wider than a chunk would straddle two chunks' logits.
@@ -169,6 +171,8 @@ void to_json(nlohmann::json& j, const KernelConfig& c) {
     if (!c.logits_kernel.empty()) j["logits_kernel"] = c.logits_kernel;
     if (!c.dw_kernel.empty()) j["dw_kernel"] = c.dw_kernel;
   }
+  // Likewise written only when not the default.
+  if (c.workspace_mib != KernelConfig::kDefaultWorkspaceMib) j["workspace_mib"] = c.workspace_mib;
   if (!c.gemm_algos.empty()) {
     j["gemm_algos"] = c.gemm_algos;
     j["gemm_algos_cublaslt"] = c.gemm_algos_cublaslt;
@@ -179,7 +183,8 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
   static const std::set<std::string> known{"block_size", "v_chunk",     "row_chunk",
                                            "threads",    "rows_per_block", "dw_acc_fp32",
                                            "dx_acc_fp32", "fused",      "gemm_algos",
-                                           "gemm_algos_cublaslt", "impl", "logits_kernel", "dw_kernel"};
+                                           "gemm_algos_cublaslt", "impl", "logits_kernel", "dw_kernel",
+                                           "workspace_mib"};
   if (!j.is_object()) fail_usage("a config must be a JSON object");
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) fail_usage("unknown config key '" + k + "'");
@@ -191,6 +196,7 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
     c.row_chunk = json_int_or<int64_t>(j, "row_chunk", c.row_chunk);
     c.threads = json_int_or<int>(j, "threads", c.threads);
     c.rows_per_block = json_int_or<int>(j, "rows_per_block", c.rows_per_block);
+    c.workspace_mib = json_int_or<int>(j, "workspace_mib", c.workspace_mib);
     if (j.contains("dw_acc_fp32")) c.dw_acc_fp32 = j.at("dw_acc_fp32").get<bool>();
     if (j.contains("dx_acc_fp32")) c.dx_acc_fp32 = j.at("dx_acc_fp32").get<bool>();
     if (j.contains("fused")) c.fused = j.at("fused").get<bool>();
@@ -235,6 +241,7 @@ std::string to_string(const KernelConfig& c) {
     if (!c.logits_kernel.empty()) s << " L:" << c.logits_kernel;
     if (!c.dw_kernel.empty()) s << " W:" << c.dw_kernel;
   }
+  if (c.workspace_mib != KernelConfig::kDefaultWorkspaceMib) s << " ws" << c.workspace_mib;
   if (!c.gemm_algos.empty()) s << " algos";
   return s.str();
 }

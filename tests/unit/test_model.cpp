@@ -117,6 +117,20 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK(c.v_chunk_for(p) == 5000);  // 8192 ≥ V: one pass
   CHECK(c.one_pass(p));
 
+  // The GEMM workspace: written only when not the default (stored configs keep
+  // their JSON), round-trips, and is bounded.
+  CHECK(nlohmann::json(KernelConfig{}).dump().find("workspace_mib") == std::string::npos);
+  KernelConfig lean = c;
+  lean.workspace_mib = 1;
+  CHECK(nlohmann::json(lean).get<KernelConfig>() == lean);
+  CHECK(parse_config_json("{\"workspace_mib\": 0}").workspace_mib == 0);
+  CHECK(to_string(lean).find(" ws1") != std::string::npos);
+  CHECK_NOTHROW(validate_config(p, lean));
+  bad = c, bad.workspace_mib = -1;
+  CHECK_THROWS_AS(validate_config(p, bad), Error);
+  bad = c, bad.workspace_mib = 257;
+  CHECK_THROWS_AS(validate_config(p, bad), Error);
+
   // impl fused: round-trips with its variant names; cuBLASLt configs keep the
   // JSON they had before the field existed (their database keys do not move).
   CHECK(nlohmann::json(KernelConfig{}).dump().find("impl") == std::string::npos);

@@ -148,12 +148,12 @@ TEST_CASE("the flce space's seeds are grid points: the default and its fused cou
 }
 
 TEST_CASE("the fused forward+backward seed keeps to the default's scratch, partials included") {
-  // Mirrors the CUDA backend's fused layout (kernels/flce/flce.cu): row state (16 B
-  // a token), the tile (leading dimension v_chunk rounded up to 128), the target
-  // logits (4 B a token), the statistics partials ([V / BLOCK_N] × rows padded to
-  // BLOCK_M, 8 B each, 4 more with label smoothing), a fp32 dW accumulator when
-  // asked, and cuBLASLt's 32 MiB workspace (dX runs there). Qwen2.5-7B's seed once
-  // took 259 MiB, past tune's 256, and was never measured.
+  // Mirrors the CUDA backend's fused layout (kernels/flce/flce.cu): the tile
+  // (leading dimension v_chunk rounded up to 128), the target logits (4 B a
+  // token), the statistics partials ([V / BLOCK_N] × rows padded to BLOCK_M, 8 B
+  // each, 4 more with label smoothing), a fp32 dW accumulator when asked, and the
+  // GEMM workspace (workspace_mib). Qwen2.5-7B's seed once took 259 MiB, past
+  // tune's 256, and was never measured.
   const int bn = kSm90LogitsBlockN[0], bm = kSm90LogitsBlockM[0];
   for (int64_t V : {32000, 50257, 128256, 152064, 256000})
     for (int64_t H : {768, 2304, 3584, 4096, 8192})
@@ -169,17 +169,32 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
           CAPTURE(to_string(f));
           const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
           const int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
-          int64_t bytes = 16 * N + 16 + rc * ld * 2 + 4 * N + parts + (int64_t{32} << 20);
+          int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + (int64_t{f.workspace_mib} << 20);
           if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
           CHECK(bytes <= (int64_t{256} << 20));
           if (f.row_chunk) CHECK(f.row_chunk % kSm90LogitsClusterRows[0] == 0);  // whole clusters
         }
-  // Llama-3-8B keeps its 768 rows; Qwen2.5-7B drops to 512.
+  // Llama-3-8B: 1024 rows with a 1 MiB workspace (four chunks at N = 4096, not
+  // six of 768); Llama-3-70B likewise. Qwen2.5-7B's dX GEMM is too skinny for an
+  // unsplit GEMM (768 rows at H = 3584), so it keeps the workspace and 512 rows;
+  // so does Gemma-2-2B.
   Problem p;
   p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward_backward;
-  CHECK(flce_space(p).seeds[1].row_chunk == 768);
+  CHECK(flce_space(p).seeds[1].row_chunk == 1024);
+  CHECK(flce_space(p).seeds[1].workspace_mib == 1);
+  CHECK(flce_space(p.with_tokens(32768)).seeds[1].row_chunk == 1024);
+  p.hidden = 8192;
+  CHECK(flce_space(p).seeds[1].row_chunk == 1024);
   p.hidden = 3584, p.vocab = 152064;
   CHECK(flce_space(p).seeds[1].row_chunk == 512);
+  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+  p.hidden = 2304, p.vocab = 256000;
+  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+  p.hidden = 4096, p.vocab = 128256, p.tokens = 1024;  // one chunk instead of two
+  CHECK(flce_space(p).seeds[1].row_chunk == 0);
+  CHECK(flce_space(p).seeds[1].workspace_mib == 1);
+  p.tokens = 512;  // one chunk either way: the workspace stays
+  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
 }
 
 TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward where the device runs it") {
@@ -197,8 +212,9 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(device_default(p, yes).row_chunk == 0);  // 21760 rows a chunk, more than N
   p.hidden = 4096;
   CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
-  // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), in the
-  // default's scratch with dW on cuBLASLt; elsewhere the cuBLASLt default.
+  // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), within the
+  // default's 256 MiB with dW on cuBLASLt, in 1024-row chunks beside a 1 MiB
+  // workspace (one chunk at N = 1024); elsewhere the cuBLASLt default.
   p.mode = Mode::forward_backward;
   for (int64_t h : {4096, 8192})
     for (int64_t n : {1024, 4096, 32768}) {
@@ -208,8 +224,9 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
       const KernelConfig b = device_default(q, yes);
       CHECK(b.impl == KernelConfig::Impl::fused);
       CHECK(b.dw_kernel == kDwOnCublaslt);
-      CHECK(b.row_chunk == 768);
-      CHECK_FALSE(b.dw_acc_fp32);  // a 2 GiB fp32 dW does not fit 256 MiB
+      CHECK(b.row_chunk == (n == 1024 ? 0 : 1024));
+      CHECK(b.workspace_mib == 1);
+      CHECK(b.dw_acc_fp32 == (n == 1024));  // a 2 GiB fp32 dW does not fit 256 MiB; one chunk has none
       CHECK_NOTHROW(validate_config(q, b));
       CHECK(b == flce_space(q).seeds[2]);  // what tune measures right after the start
       CHECK(device_default(q, no) == default_config(q));

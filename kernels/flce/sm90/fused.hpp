@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/flce/workspace.hpp"
 #include "model/types.hpp"
 
 namespace celtune::cuda::sm90 {
@@ -37,11 +38,7 @@ struct LsePair {
 // Whether this build and device can run the fused path; `why` says why not.
 bool available(int device, std::string* why);
 
-// Device memory the CUTLASS kernels may use (the context's GEMM workspace).
-struct Workspace {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-};
+using cuda::Workspace;  // the call's GEMM workspace (kernels/flce/workspace.hpp)
 
 // logits (+ statistics). Shapes in the problem's terms: rows of X, cols of W
 // starting at the chunk, K = hidden. Partials are [tiles_n][rows_pad] (m-major,

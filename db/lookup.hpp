@@ -1,6 +1,9 @@
 // Runtime lookup of a stored best config, in tiers (db layer: SQL only, no CUDA):
 //   exact      this device, this problem key
-//   nearest    this device, same problem but the token count nearest in log distance
+//   nearest    this device, same problem but the token count nearest in log distance,
+//              or the same token count with another ignore_index value or target
+//              dtype (which change no kernel's work; a row that matches them wins
+//              a tie)
 //   same-arch  another device of the same sm architecture (exact key, else nearest)
 // Entries measured with another kernel build (source hash) or, when they carry
 // tuned cuBLASLt algorithms, another cuBLASLt version are skipped, and said so.

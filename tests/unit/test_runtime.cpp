@@ -100,6 +100,15 @@ TEST_CASE("resolution tiers: exact, nearest by log distance, same-arch, default;
   CHECK(stale.entry->problem.tokens == 4096);
   CHECK(stale.skipped.size() == 1);
   CHECK(stale.skipped[0].find("stale-hash") != std::string::npos);
+  // Another ignore_index (a padding id, as celtune.torch maps it) or int32
+  // targets: the stored row for the same shape serves, as nearest, not exact.
+  Problem pad = Fixture::problem(4096);
+  pad.loss.ignore_index = INT64_MIN;
+  const auto padded = r.resolve(pad, nullptr);
+  CHECK(padded.source == runtime::Source::nearest);
+  CHECK(padded.entry->problem.tokens == 4096);
+  pad.loss.ignore_index = -1, pad.target_type = TargetType::i32, pad.tokens = 12000;
+  CHECK(r.resolve(pad, nullptr).entry->problem.tokens == 16384);
   // Other loss options: nothing stored for them, so the default.
   Problem smooth = Fixture::problem(4096);
   smooth.loss.label_smoothing = 0.1;
@@ -120,6 +129,28 @@ TEST_CASE("resolution tiers: exact, nearest by log distance, same-arch, default;
   CHECK_FALSE(fs::exists(fx.db + "-wal"));
   CHECK_FALSE(fs::exists(fx.db + "-shm"));
   CHECK(file_bytes(fx.db) == before);
+}
+
+TEST_CASE("a row stored for the very targets beats one for other targets at the same shape") {
+  Fixture fx;
+  Problem p = Fixture::problem(4096);
+  p.loss.ignore_index = -1, p.target_type = TargetType::i32;
+  {
+    db::Store s(fx.db, db::Access::read_write);
+    db::BestEntry b = s.best_for_shape(p).front();
+    b.device = fx.h100, b.problem = p, b.config.row_chunk = 768, b.kernel_hash = kKernelSourceHash;
+    s.put_best(b);
+  }
+  std::ostringstream warn;
+  runtime::Resolver r(fx.db, fx.h100, kKernelSourceHash, warn);
+  const auto mine = r.resolve(p, nullptr);
+  CHECK(mine.source == runtime::Source::exact);
+  CHECK(mine.config.row_chunk == 768);
+  CHECK(r.resolve(Fixture::problem(4096), nullptr).config.row_chunk == 1024);  // and the -100 one its own
+  p.tokens = 6000;  // nearest: both at the same distance, the matching one first
+  CHECK(r.resolve(p, nullptr).config.row_chunk == 768);
+  p.target_type = TargetType::i64;  // neither matches fully: the store's order
+  CHECK(r.resolve(p, nullptr).source == runtime::Source::nearest);
 }
 
 TEST_CASE("explicit beats CELTUNE_CONFIG beats the database; malformed ones are usage errors") {

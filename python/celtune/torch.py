@@ -388,6 +388,15 @@ def _remap_ignore(target: Tensor, ignore_index: int, vocab: int) -> tuple[Tensor
     return target, ignore_index
 
 
+def _no_tokens(logits: Tensor, red: int, shape) -> Tensor:
+    # An empty batch: the library refuses N = 0 and there is nothing to compute.
+    # The loss of no tokens is 0 for "mean" (as when every target is ignored) and
+    # "sum", an empty tensor for "none"; summing the empty [0, V] logits keeps
+    # autograd connected, so the gradients come out as zeros of the right shapes.
+    per_token = logits.float().sum(dim=-1)
+    return per_token.view(shape) if red == _lib.NONE else per_token.sum()
+
+
 def _autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
     if device.type in ("cuda", "cpu") and torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
@@ -433,6 +442,8 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Op
     if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         raise CeltuneInvalidArgument(f"celtune: input, weight and bias must share a dtype, got {x.dtype}, "
                                      f"{weight.dtype}, {None if bias is None else bias.dtype}")
+    if x.shape[0] == 0:
+        return _no_tokens(torch.nn.functional.linear(x, weight, bias), red, target.shape)
     tgt, ign = _remap_ignore(target.reshape(-1), ignore_index, weight.shape[0])
     with_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                              (bias is not None and bias.requires_grad))
@@ -468,6 +479,8 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     if target.is_floating_point():
         raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")
     _same_device(("logits", input), ("target", target))
+    if z.shape[0] == 0:
+        return _no_tokens(z, red, target.shape)
     tgt, ign = _remap_ignore(target.reshape(-1), ignore_index, V)
     with_grad = torch.is_grad_enabled() and z.requires_grad
     loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, float(label_smoothing), float(softcap or 0.0),

@@ -56,7 +56,8 @@ def make(device, dtype, N=37, H=24, V=61, ignore=0.0, ignore_index=-100, bias=Fa
     w = torch.randn(V, H, generator=g) * 0.5
     b = torch.randn(V, generator=g) if bias else None
     t = torch.randint(0, V, (*lead, N), generator=g)
-    t[0 if not lead else (0,) * len(lead) + (0,)] = V - 1
+    if N:
+        t[0 if not lead else (0,) * len(lead) + (0,)] = V - 1
     t[torch.rand(t.shape, generator=g) < ignore] = ignore_index
     cvt = lambda a: None if a is None else a.to(device=device, dtype=dtype).requires_grad_()
     return cvt(x), cvt(w), cvt(b), t.to(device)
@@ -148,6 +149,26 @@ def test_all_ignored_mean_is_zero(device):
     loss.backward()
     assert torch.all(x.grad == 0) and torch.all(w.grad == 0)
     assert math.isnan(F.cross_entropy(F.linear(x, w), t).item())
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_empty_batch(device, reduction):
+    # No tokens (the last, empty micro-batch of a loader): the loss of nothing,
+    # zero gradients of the right shapes, as F.cross_entropy gives for sum and
+    # none (and 0 for mean, as when every target is ignored). It used to raise.
+    x, w, b, t = make(device, torch.float32, N=0, lead=(2,), bias=True)
+    loss = ct.linear_cross_entropy(x, w, t, b, reduction=reduction)
+    assert loss.shape == (t.shape if reduction == "none" else ())
+    if reduction != "none":
+        assert loss.item() == 0.0
+    loss.sum().backward()
+    assert x.grad.shape == x.shape and torch.all(w.grad == 0) and torch.all(b.grad == 0)
+    z = torch.randn(0, 7, device=device, requires_grad=True)
+    ce = ct.cross_entropy(z, torch.zeros(0, dtype=torch.int64, device=device), reduction=reduction)
+    assert ce.shape == ((0,) if reduction == "none" else ())
+    ce.sum().backward()
+    assert z.grad.shape == z.shape
 
 
 @pytest.mark.parametrize("device", devices())

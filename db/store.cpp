@@ -640,15 +640,15 @@ bool printable(const std::string& s, size_t max) {
 }
 
 // Who measured and when: a kernel hash is what kernel_hash.py prints (lowercase
-// hex; tests use short ones), a device name is printable text, a time is UTC ISO
+// hex; tests use short ones; "zz" was accepted), a device name is printable text, a time is UTC ISO
 // 8601 as utc_now_iso8601() writes it. An empty or 100 000-character hash, a
 // name with escape sequences (printed raw by `db list`), "yesterday" were all
 // accepted.
 void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const std::string& created_at) {
   const bool hash_ok = !kernel_hash.empty() && kernel_hash.size() <= 64 &&
                        std::all_of(kernel_hash.begin(), kernel_hash.end(),
-                                   [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z'); });
-  if (!hash_ok) fail_usage("kernel_hash must be 1 to 64 lowercase letters and digits, got '" + kernel_hash.substr(0, 80) + "'");
+                                   [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (!hash_ok) fail_usage("kernel_hash must be 1 to 64 lowercase hex digits, got '" + kernel_hash.substr(0, 80) + "'");
   if (d.name.empty() || !printable(d.name, 256))
     fail_usage("device name must be 1 to 256 bytes of UTF-8 without control characters");
   for (const auto& [field, text] : {std::pair{"id", &d.id}, std::pair{"arch", &d.arch}, std::pair{"driver", &d.driver},
@@ -713,6 +713,8 @@ void check_record(const Measurement& m) {
   m.problem.validate();
   if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
   if (!printable(m.reason, 4096)) fail_usage("reason must be at most 4096 bytes of UTF-8 without control characters");
+  // A failed measurement is kept so the tuner never retries it: it must say why.
+  if (m.status == "failed" && m.reason.empty()) fail_usage("a failed measurement must give its reason");
   // SM clocks read through NVML at the start and end of sampling, 0 where none
   // was read (the CPU backend); no GPU clocks above 10 GHz.
   for (double mhz : {m.clock_start_mhz, m.clock_end_mhz})

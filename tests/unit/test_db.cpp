@@ -229,6 +229,18 @@ TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
   CHECK(s.best_entries().empty());
 }
 
+TEST_CASE("store: import refuses a kernel hash that is not hex and a failure without a reason") {
+  const DeviceInfo d = fictional();
+  db::BestEntry b = best(d, 4096, 10.0, 2048);
+  CHECK_NOTHROW(db::check_record(b));
+  b.kernel_hash = "zz";
+  CHECK_THROWS_WITH_AS(db::check_record(b), doctest::Contains("hex"), Error);
+  db::Measurement m = meas(d, 4096, 2048, "failed");
+  CHECK_NOTHROW(db::check_record(m));
+  m.reason.clear();
+  CHECK_THROWS_WITH_AS(db::check_record(m), doctest::Contains("reason"), Error);
+}
+
 TEST_CASE("store: import refuses a key given twice in one object, at any depth") {
   TempDir t;
   db::Store s(t.file("a.sqlite"), db::Access::read_write);

@@ -56,8 +56,12 @@ class Stmt {
     if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) throw Busy{};
     fail_db(db_, path_, "step");
   }
-  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
-  double f64(int c) const { return sqlite3_column_double(st_, c); }
+  // Numbers as numbers: SQLite keeps text it cannot convert in a REAL or
+  // INTEGER column, and reads it back as 0 (a hand-edited median of 'fast' read
+  // as 0 ms and won every comparison). NULL reads as 0, as the nullable columns
+  // (a failed measurement's timings) expect.
+  int64_t i64(int c) const { return numeric(c), sqlite3_column_int64(st_, c); }
+  double f64(int c) const { return numeric(c), sqlite3_column_double(st_, c); }
   std::string text(int c) const {
     const auto* t = sqlite3_column_text(st_, c);
     return t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(sqlite3_column_bytes(st_, c)))
@@ -69,6 +73,12 @@ class Stmt {
   Stmt& check(int rc) {
     if (rc != SQLITE_OK) fail_db(db_, path_, "bind");
     return *this;
+  }
+  void numeric(int c) const {
+    const int t = sqlite3_column_type(st_, c);
+    if (t == SQLITE_TEXT || t == SQLITE_BLOB)
+      fail_env("database " + path_ + ": column " + (sqlite3_column_name(st_, c) ? sqlite3_column_name(st_, c) : "?") +
+               " holds text where a number belongs: the database is damaged");
   }
   sqlite3* db_;
   const std::string& path_;

@@ -304,4 +304,13 @@ TEST_CASE("store: damaged, foreign and newer databases are refused with an envir
   fs::resize_file(t.file("trunc.sqlite"), 1000);
   fs::remove(t.file("trunc.sqlite-wal"));
   CHECK(refuses(t.file("trunc.sqlite"), db::Access::read_only));
+  {  // a number column edited to hold text: read as 0 ms once, winning every comparison
+    db::Store s(t.file("text.sqlite"), db::Access::read_write);
+    s.put_best(best(fictional(), 4096, 1.0, 256));
+  }
+  REQUIRE(sqlite3_open(t.file("text.sqlite").c_str(), &raw) == SQLITE_OK);
+  CHECK(sqlite3_exec(raw, "UPDATE best SET median_ms = 'fast'", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(raw);
+  db::Store s(t.file("text.sqlite"), db::Access::read_only);
+  CHECK_THROWS_WITH_AS(s.best_entries(), doctest::Contains("median_ms holds text"), Error);
 }

@@ -517,6 +517,11 @@ expect 0 "bench on the cpu" -- "$celtune" bench --device cpu --shape 8,16,200 --
 # on the CPU: refused, saying how to ask for it.
 expect 2 "bench with no GPU refuses days of CPU work" -- env CUDA_VISIBLE_DEVICES= "$celtune" bench
 contains err "pass --device cpu" "the refusal says how to time on the CPU anyway"
+# tune likewise, before it creates the database.
+expect 2 "tune with no GPU refuses days of CPU work" -- \
+  env CUDA_VISIBLE_DEVICES= "$celtune" tune --model llama3-8b --tokens 4096 --db "$tmp/cpu-tune.sqlite"
+contains err "pass --device cpu to tune" "the refusal says how to tune on the CPU anyway"
+[ ! -e "$tmp/cpu-tune.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune left a database"; }
 expect 3 "bench with every row skipped" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --runs 20
 contains err "nothing was benchmarked" "an empty benchmark is an error, not a table"
 contains err "ce rows skipped" "bench says why the ce rows are missing"

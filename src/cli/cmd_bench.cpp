@@ -94,9 +94,7 @@ Action register_bench(CLI::App& app) {
     if (dev.id == "cpu") {
       double ops = 0.0;
       for (const Problem& p : problems) {
-        const double nv = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
-        const double run = p.family == Family::ce ? 20.0 * nv
-                                                  : (p.mode == Mode::forward ? 2.0 : 6.0) * nv * static_cast<double>(p.hidden);
+        const double run = call_ops(p);
         const double rows = static_cast<double>(std::max<size_t>(1, a->configs.size())) +
                             (p.family == Family::flce && !a->no_unfused ? 1.0 : 0.0);
         ops += run * rows * static_cast<double>(a->runs + 3);

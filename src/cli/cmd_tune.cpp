@@ -165,6 +165,22 @@ Action register_tune(CLI::App& app) {
     // database behind.
     std::vector<std::unique_ptr<Backend>> backends;
     for (const auto& d : devices) backends.push_back(open_backend(d));
+    // Nor days of CPU work by surprise: with no GPU found, tune at Llama-3-8B
+    // shapes timed the CPU backend without a word. At least 12 evaluations a
+    // problem (guided's floor; --budget where given), each --min-runs timed runs
+    // and 3 warm-ups; past ten minutes refused unless --device cpu asked for it.
+    if (backends.size() == 1 && backends.front()->device().id == "cpu") {
+      double ops = 0.0;
+      const double evals = static_cast<double>(a->budget ? a->budget : 12);
+      for (const Problem& p : problems) ops += call_ops(p) * evals * static_cast<double>(a->min_runs + 3);
+      const CpuWork work = cpu_work(ops);
+      if (work.minutes > 10.0) {
+        if (a->device.empty())
+          fail_usage("no CUDA GPU was found, and tuning these problems on the CPU needs at least " + work.what +
+                     "; pass --device cpu to tune them here anyway, or a smaller --tokens or --shape");
+        if (!a->json) std::cerr << "note: tuning these problems needs at least " << work.what << '\n';
+      }
+    }
     const std::string db_path = a->db.empty() ? default_db_path() : a->db;
     // Only the per-user default's folder is made on first use. A path the user
     // named ($CELTUNE_DB as much as --db) must already have its folder; a bare

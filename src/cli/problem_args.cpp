@@ -91,6 +91,12 @@ CpuWork cpu_work(double ops) {
   return {minutes, text};
 }
 
+double call_ops(const Problem& p) {
+  const double nv = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
+  if (p.family == Family::ce) return 20.0 * nv;
+  return (p.mode == Mode::forward ? 2.0 : 6.0) * nv * static_cast<double>(p.hidden);
+}
+
 void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default) {
   app->add_option("--family", a.family, "Kernel family: flce (fused linear CE) or ce (CE on logits)")
       ->check(CLI::IsMember({"flce", "ce"}))

@@ -50,6 +50,9 @@ struct CpuWork {
   std::string what;
 };
 CpuWork cpu_work(double ops);
+// Operations of one call of the kernels on problem p: 2·N·H·V multiply-adds
+// forward, 6·N·H·V with the backward (ce: ~20 an element of the logits).
+double call_ops(const Problem& p);
 
 // mode_default: what the subcommand does without --mode, for the help text.
 void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default = "fwdbwd");

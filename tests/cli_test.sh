@@ -164,6 +164,13 @@ expect 3 "validate a shape too big for this machine's memory" -- "$celtune" vali
   --shape 100000000,0,256000
 contains err "GiB of memory" "the refusal gives the sizes"
 expect 3 "validate --from-db missing" -- "$celtune" validate --device cpu --from-db "$tmp/nothing.sqlite"
+# A stored config the rules refuse (edited by hand: import never stores one) is a
+# damaged database (exit 3, the row named), not a failed validation (exit 1).
+cp "$tmp/t.sqlite" "$tmp/badcfg.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE configs SET json = json_set(json, \"$.block_size\", 48) WHERE id = (SELECT config_id FROM best LIMIT 1)"); c.commit()' \
+  "$tmp/badcfg.sqlite"
+expect 3 "validate --from-db with a stored config the rules refuse" -- "$celtune" validate --device cpu --from-db "$tmp/badcfg.sqlite"
+contains err "is invalid (block_size" "the refusal names the row and the rule"
 expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
 test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
 # A second report into the folder leaves no plot of the first behind.

@@ -112,6 +112,14 @@ Action register_validate(CLI::App& app) {
       uint64_t s = seed;
       for (const auto& b : store.best_entries()) {
         if (b.device.name != dev.name || b.device.arch != dev.arch) continue;
+        // A stored config the shared rules refuse is damage (import never stores
+        // one), not a kernel that failed validation: exit 3 naming the row.
+        try {
+          validate_config(b.problem, b.config);
+        } catch (const Error& e) {
+          fail_env("database " + a->from_db + ": the best config stored for " + b.problem.key() + " is invalid (" +
+                   e.what() + "): the database is damaged");
+        }
         ValidationCase vc = reduced_case(b.problem, b.config, s++);
         vc.name = "db " + b.problem.key();
         cases.push_back(vc);

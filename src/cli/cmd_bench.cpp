@@ -99,13 +99,7 @@ Action register_bench(CLI::App& app) {
                             (p.family == Family::flce && !a->no_unfused ? 1.0 : 0.0);
         ops += run * rows * static_cast<double>(a->runs + 3);
       }
-      const CpuWork work = cpu_work(ops);
-      if (work.minutes > 10.0) {
-        if (a->device.empty())
-          fail_usage("no CUDA GPU was found, and timing these problems on the CPU needs " + work.what +
-                     "; pass --device cpu to time them here anyway, or a smaller --tokens or --shape");
-        std::cerr << "note: timing these problems needs " << work.what << '\n';
-      }
+      limit_cpu_work(ops, !a->device.empty(), "timing these problems", "time", "", false);
     }
     TimingPlan plan;
     plan.min_runs = a->runs;

@@ -173,13 +173,7 @@ Action register_tune(CLI::App& app) {
       double ops = 0.0;
       const double evals = static_cast<double>(a->budget ? a->budget : 12);
       for (const Problem& p : problems) ops += call_ops(p) * evals * static_cast<double>(a->min_runs + 3);
-      const CpuWork work = cpu_work(ops);
-      if (work.minutes > 10.0) {
-        if (a->device.empty())
-          fail_usage("no CUDA GPU was found, and tuning these problems on the CPU needs at least " + work.what +
-                     "; pass --device cpu to tune them here anyway, or a smaller --tokens or --shape");
-        if (!a->json) std::cerr << "note: tuning these problems needs at least " << work.what << '\n';
-      }
+      limit_cpu_work(ops, !a->device.empty(), "tuning these problems", "tune", "at least ", a->json);
     }
     const std::string db_path = a->db.empty() ? default_db_path() : a->db;
     // Only the per-user default's folder is made on first use. A path the user

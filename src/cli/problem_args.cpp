@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -89,6 +90,16 @@ CpuWork cpu_work(double ops) {
   std::snprintf(text, sizeof text, "about %.3g operations on this machine's CPU (%u cores), roughly %.0f minutes", ops,
                 cores, minutes);
   return {minutes, text};
+}
+
+void limit_cpu_work(double ops, bool asked, const std::string& doing, const std::string& verb,
+                    const std::string& bound, bool quiet) {
+  const CpuWork work = cpu_work(ops);
+  if (work.minutes <= 10.0) return;
+  if (!asked)
+    fail_usage("no CUDA GPU was found, and " + doing + " on the CPU needs " + bound + work.what + "; pass --device cpu to " +
+               verb + " them here anyway, or a smaller --tokens or --shape");
+  if (!quiet) std::cerr << "note: " << doing << " needs " << bound << work.what << '\n';
 }
 
 double call_ops(const Problem& p) {

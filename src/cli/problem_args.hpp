@@ -50,6 +50,14 @@ struct CpuWork {
   std::string what;
 };
 CpuWork cpu_work(double ops);
+// bench and tune with no GPU found fall back to the CPU backend, which at a
+// model's shape runs for hours: past ten minutes of `ops` that is refused (a
+// usage error saying how to ask for it) unless the user named the CPU (`asked`),
+// and noted on stderr when they did (unless `quiet`). `doing` names the work
+// ("timing these problems"), `verb` what --device cpu lets run ("time"),
+// `bound` qualifies the estimate ("at least " or "").
+void limit_cpu_work(double ops, bool asked, const std::string& doing, const std::string& verb,
+                    const std::string& bound, bool quiet);
 // Operations of one call of the kernels on problem p: 2·N·H·V multiply-adds
 // forward, 6·N·H·V with the backward (ce: ~20 an element of the logits).
 double call_ops(const Problem& p);

@@ -102,7 +102,8 @@ int64_t flce_tile_budget(const Problem& p) {
   // The tile shares the 224 MiB with the per-row softmax state (4 floats a
   // token) and the counters, so a tile that divides exactly cannot push the
   // default past the 256 MiB that tune's --max-scratch enforces by default.
-  constexpr int64_t kTileBytes = int64_t{224} << 20;
+  constexpr int64_t kTileBytes =
+      static_cast<int64_t>(kDefaultScratchBudget) - (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
   return kTileBytes - 16 * p.tokens - 4096;
 }
 

@@ -6,6 +6,7 @@
 // one JSON form round-trips through every layer.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -98,9 +99,12 @@ void validate_config(const Problem& p, const KernelConfig& c);
 // 256 MiB of scratch; otherwise vocabulary chunks that keep the GEMMs large.
 KernelConfig default_config(const Problem& p);
 
+// The scratch the built-in defaults keep to, and tune's --max-scratch default.
+inline constexpr size_t kDefaultScratchBudget = size_t{256} << 20;
+
 // The bytes of scratch flce's default gives its tile (and what the tile must
-// share: accumulators, the fused path's partials): 224 MiB less the row state,
-// so that with cuBLASLt's 32 MiB workspace the whole stays within 256 MiB.
+// share: accumulators, the fused path's partials): the budget less the default
+// GEMM workspace and the row state, so the whole stays within kDefaultScratchBudget.
 int64_t flce_tile_budget(const Problem& p);
 
 std::string to_string(const KernelConfig& c);  // compact one-line form

@@ -58,10 +58,9 @@ struct DeviceChecks {
 DeviceChecks backend_checks(std::shared_ptr<const Backend> backend);
 
 // The scratch budget a borrowed config must fit (nearest and same-arch tiers):
-// the larger of the default budget (tune's --max-scratch default, 256 MiB) and
-// the scratch it took where it was tuned, since the tuner stored it within the
-// budget it was given. N=64's one-row-chunk config at N=10^6 would need GBs.
-constexpr size_t kDefaultScratchBudget = size_t{256} << 20;
+// the larger of kDefaultScratchBudget (model/config.hpp) and the scratch it took
+// where it was tuned, since the tuner stored it within the budget it was given.
+// N=64's one-row-chunk config at N=10^6 would need GBs.
 
 class Resolver {
  public:

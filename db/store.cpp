@@ -586,6 +586,22 @@ std::optional<Measurement> Store::find_measurement(const DeviceInfo& d, const Pr
   return m;
 }
 
+std::string broken_rule(const Problem& p, const KernelConfig& c) {
+  try {
+    validate_config(p, c);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string broken_best_note(const std::string& path, const BestEntry& b) {
+  const std::string rule = broken_rule(b.problem, b.config);
+  if (rule.empty()) return "";
+  return "database " + path + ": the best config stored for " + b.device.name + " " + b.problem.key() + " (" +
+         to_string(b.config) + ") breaks a rule (" + rule + ")";
+}
+
 std::string dump_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }

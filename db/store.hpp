@@ -87,6 +87,14 @@ class Store {
 // CELTUNE_BUSY_TIMEOUT_MS, default 10000; Error(usage) when malformed.
 int busy_timeout_ms();
 
+// The rule of validate_config that `c` breaks for its stored problem `p`, or ""
+// when it keeps them all. import never stores such a config, so one found was
+// edited by hand or damaged; the runtime skips its row (src/runtime/resolve.cpp).
+std::string broken_rule(const Problem& p, const KernelConfig& c);
+// "database PATH: the best config stored for DEVICE PROBLEM breaks a rule (RULE)"
+// when b's config breaks one, else "": how list, report and tune name such a row.
+std::string broken_best_note(const std::string& path, const BestEntry& b);
+
 // One JSON object per line: {"record":"best",…} or {"record":"measurement",…},
 // sorted, so that an export is a stable, reviewable text file.
 void export_jsonl(const Store& s, std::ostream& out);

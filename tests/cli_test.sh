@@ -171,6 +171,34 @@ python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UP
   "$tmp/badcfg.sqlite"
 expect 3 "validate --from-db with a stored config the rules refuse" -- "$celtune" validate --device cpu --from-db "$tmp/badcfg.sqlite"
 contains err "is invalid (block_size" "the refusal names the row and the rule"
+# db list, report and tune show or use such a row only with a word naming it and
+# the rule (they once showed it, plotted it and seeded the search from it silently);
+# --json stays JSON, the row marked there too.
+expect 0 "db list with a stored config the rules refuse" -- "$celtune" db --db "$tmp/badcfg.sqlite" list
+contains err "breaks a rule (block_size must be" "list names the row and the rule on stderr"
+contains out "INVALID" "list marks the row in its table"
+expect 0 "db list --json with a stored config the rules refuse" -- "$celtune" db --db "$tmp/badcfg.sqlite" list --json
+python3 - "$tmp/out" "$tmp/err" <<'PY' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: list --json does not mark the refused row"; cat "$tmp/out"; }
+import json, sys
+rows = json.load(open(sys.argv[1]))
+bad = [r for r in rows if "invalid" in r]
+assert bad and all(r["config"]["block_size"] == 48 and "block_size" in r["invalid"] for r in bad), rows
+assert all(r["config"]["block_size"] != 48 for r in rows if "invalid" not in r), rows
+assert open(sys.argv[2]).read().count("breaks a rule") == len(bad)
+PY
+nbad=$(grep -c "breaks a rule" "$tmp/err")
+expect 0 "report with a stored config the rules refuse" -- "$celtune" report --db "$tmp/badcfg.sqlite" -o "$tmp/badrep"
+contains err "breaks a rule (block_size must be" "report names the row and the rule"
+grep -q "invalid config" "$tmp/badrep/speedup.svg" && ! grep -q "block_size 48" "$tmp/badrep"/vchunk-*.svg \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report plotted the refused config unmarked"; }
+cp "$tmp/badcfg.sqlite" "$tmp/badtune.sqlite"
+expect 0 "tune over a stored config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
+  --db "$tmp/badtune.sqlite" --min-runs 3 --max-runs 3 --json
+[ "$nbad" -ge 1 ] && [ "$(grep -c "breaks a rule (block_size must be" "$tmp/err")" = "$nbad" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: tune did not warn once per refused row"; cat "$tmp/err"; }
+expect 0 "tune with a --prior holding a config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 \
+  --dtype bf16 --db "$tmp/badprior.sqlite" --prior "$tmp/badcfg.sqlite" --min-runs 3 --max-runs 3 --budget 2 --json
+contains err "badcfg.sqlite: the best config stored for" "tune names the prior database holding the row"
 expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
 test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
 # A second report into the folder leaves no plot of the first behind.

@@ -134,6 +134,10 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   for (const db::Store* s : sources)
     for (const db::BestEntry& b : s->best_for_shape(p)) {
       if (b.device.name != dev.name || b.problem.key() != p.key()) continue;
+      if (const std::string note = db::broken_best_note(s->path(), b); !note.empty()) {
+        if (o.warn) o.warn(note + "; not measured as an earlier winner");
+        continue;
+      }
       KernelConfig c = b.config;
       c.gemm_algos.clear(), c.gemm_algos_cublaslt = 0;
       if (std::find(earlier.begin(), earlier.end(), c) == earlier.end()) earlier.push_back(c);

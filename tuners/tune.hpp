@@ -30,6 +30,10 @@ struct TuneOptions {
   // best configs for this device and problem are measured first, as the tuned
   // database's own are: see tune_problem.
   std::vector<const db::Store*> priors;
+  // Told, once per row, of an earlier winner passed over because its stored
+  // config breaks a rule of the model (a damaged row; see db::broken_best_note).
+  // Called from the tuning thread: the caller serialises its output.
+  std::function<void(const std::string&)> warn;
 };
 
 struct TuneProgress {
@@ -58,7 +62,8 @@ const char* celtune_version();
 // a kernel change (a celtune upgrade) the old winner is the likeliest new one,
 // so a small budget re-tunes well. gemm_algos are dropped (the algorithm stage
 // searches them again); a config no longer in the grid is skipped, the
-// default is measured anyway.
+// default is measured anyway. A stored config that breaks a rule is not used:
+// o.warn names the row and the rule.
 // Throws Error(failure) when no candidate passes the gate.
 TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, const TuneOptions& o,
                         const std::function<void(const TuneProgress&)>& progress = {});

@@ -61,18 +61,35 @@ int do_list(const DbArgs& a) {
   require_database(db_path(a));
   db::Store s(db_path(a), db::Access::read_only);
   const auto best = s.best_entries();
+  // A row whose config the rules refuse (damage: import never stores one) is
+  // shown marked, with a note naming it and the rule: the runtime skips it, and
+  // a plain row passed for one it would serve.
+  size_t broken = 0;
+  std::vector<std::string> rules;
+  for (const auto& b : best) {
+    rules.push_back(db::broken_rule(b.problem, b.config));
+    if (rules.back().empty()) continue;
+    ++broken;
+    std::cerr << "celtune: warning: " << db::broken_best_note(s.path(), b) << "; the runtime skips it\n";
+  }
   if (a.json) {
-    std::cout << db::dump_text(nlohmann::json(best), 2) << '\n';
+    nlohmann::json rows = best;
+    for (size_t i = 0; i < best.size(); ++i)
+      if (!rules[i].empty()) rows[i]["invalid"] = rules[i];
+    std::cout << db::dump_text(rows, 2) << '\n';
     return 0;
   }
   Table t({"device", "problem", "config", "median ms", "p20–p80 ms", "speedup", "kernel hash", "when"});
-  for (const auto& b : best)
-    t.add({b.device.name, b.problem.key(), to_string(b.config), fmt("%.4f", b.stats.median_ms),
-           fmt("%.4f", b.stats.p20_ms) + "–" + fmt("%.4f", b.stats.p80_ms), fmt("%.2fx", b.speedup),
-           b.kernel_hash.substr(0, 12), b.created_at});
+  for (size_t i = 0; i < best.size(); ++i) {
+    const auto& b = best[i];
+    t.add({b.device.name, b.problem.key(), to_string(b.config) + (rules[i].empty() ? "" : " INVALID"),
+           fmt("%.4f", b.stats.median_ms), fmt("%.4f", b.stats.p20_ms) + "–" + fmt("%.4f", b.stats.p80_ms),
+           fmt("%.2fx", b.speedup), b.kernel_hash.substr(0, 12), b.created_at});
+  }
   t.print(std::cout);
-  std::cout << best.size() << " best configs, " << s.measurements().size() << " measurements in " << s.path()
-            << '\n';
+  std::cout << best.size() << " best configs";
+  if (broken) std::cout << " (" << broken << " INVALID: a config the rules refuse, which the runtime skips)";
+  std::cout << ", " << s.measurements().size() << " measurements in " << s.path() << '\n';
   return 0;
 }
 

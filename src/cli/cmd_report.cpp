@@ -56,9 +56,17 @@ Action register_report(CLI::App& app) {
     // Time against v_chunk: per (device, problem), min over the other parameters.
     std::map<std::pair<std::string, std::string>, std::map<int, std::map<int64_t, double>>> grid;
     std::map<std::pair<std::string, std::string>, Problem> problems;
+    // A config the rules refuse (damage: import never stores one) is not plotted
+    // as a point of the search, and a best entry holding one is marked.
+    size_t broken_points = 0;
+    std::string first_broken;
     for (const auto& m : meas) {
       if (m.status != "ok" || (!a->problem.empty() && m.problem.key() != a->problem)) continue;
       if (!a->device.empty() && m.device.name != a->device) continue;
+      if (const std::string rule = db::broken_rule(m.problem, m.config); !rule.empty()) {
+        if (!broken_points++) first_broken = m.problem.key() + " (" + to_string(m.config) + "): " + rule;
+        continue;
+      }
       const auto key = std::make_pair(m.device.name, m.problem.key());
       problems[key] = m.problem;
       double& t = grid[key][m.config.block_size].try_emplace(m.config.v_chunk_for(m.problem), INFINITY).first->second;
@@ -68,6 +76,10 @@ Action register_report(CLI::App& app) {
       (void)Problem::from_key(a->problem);  // a malformed key is a usage error naming what is wrong
       if (grid.empty()) fail_usage("--problem " + a->problem + ": no measurements of that problem in " + path);
     }
+    if (broken_points)
+      std::cerr << "celtune: warning: database " << path << ": " << broken_points
+                << " measurements hold a config that breaks a rule, left out of the v_chunk plots (the first: "
+                << first_broken << ")\n";
     int n = 0;
     for (const auto& [key, by_block] : grid) {
       std::set<int64_t> vcs;
@@ -90,7 +102,9 @@ Action register_report(CLI::App& app) {
     std::vector<double> speedups;
     for (const auto& b : best) {
       if (!a->device.empty() && b.device.name != a->device) continue;
-      labels.push_back(short_key(b.problem));
+      const std::string note = db::broken_best_note(path, b);
+      if (!note.empty()) std::cerr << "celtune: warning: " << note << "; its bar is marked \"invalid config\"\n";
+      labels.push_back(short_key(b.problem) + (note.empty() ? "" : " (invalid config)"));
       speedups.push_back(b.speedup);
     }
     if (!speedups.empty())

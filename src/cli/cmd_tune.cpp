@@ -216,6 +216,11 @@ Action register_tune(CLI::App& app) {
       // Each worker its own connections, as for the tuned database.
       std::vector<std::unique_ptr<db::Store>> priors;
       TuneOptions mine = o;
+      mine.warn = [&](const std::string& note) {
+        std::lock_guard lk(out_mu);
+        if (bar) std::cerr << "\r" << std::string(120, ' ') << "\r";  // not glued to the progress bar
+        std::cerr << "celtune: warning: " << note << '\n';
+      };
       for (const auto& prior : a->priors) {
         priors.push_back(std::make_unique<db::Store>(prior, db::Access::read_only));
         mine.priors.push_back(priors.back().get());

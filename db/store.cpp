@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <istream>
 #include <limits>
@@ -696,6 +697,13 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
   const bool range_ok = time_ok && num(5, 2) >= 1 && num(5, 2) <= 12 && num(8, 2) >= 1 && num(8, 2) <= 31 &&
                         num(11, 2) <= 23 && num(14, 2) <= 59 && num(17, 2) <= 60;
   if (!range_ok) fail_usage("created_at must be UTC ISO 8601 (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
+  // Nor a time that has not come (a row dated 9999 was imported): tune stamps
+  // rows with the clock, so a day of slack covers a clock or time zone set wrong.
+  std::tm tm{};
+  tm.tm_year = num(0, 4) - 1900, tm.tm_mon = num(5, 2) - 1, tm.tm_mday = num(8, 2);
+  tm.tm_hour = num(11, 2), tm.tm_min = num(14, 2), tm.tm_sec = num(17, 2);
+  if (timegm(&tm) > std::time(nullptr) + 24 * 3600)
+    fail_usage("created_at " + t + " is more than a day in the future (now " + utc_now_iso8601() + ")");
 }
 }  // namespace
 

@@ -440,7 +440,7 @@ cp "$tmp/b.sqlite" "$tmp/b.keep"
 for bad in 's/"median_ms":10.5/"median_ms":-1/' 's/"median_ms":10.5/"median_ms":0/' 's/"p20_ms":10.4/"p20_ms":11/' \
            's/"block_size":2048/"block_size":48/' 's/"family":"flce"/"family":"xce"/' 's/"samples":40/"samples":0/' \
            's/"kernel_hash":"abc"/"kernel_hash":""/' 's/"kernel_hash":"abc"/"kernel_hash":"ZZ-1"/' 's/"kernel_hash":"abc"/"kernel_hash":"zz"/' \
-           's/"created_at":"[^"]*"/"created_at":"yesterday"/' 's/"name":"GTX fictional"/"name":"GTX\\u001b[31m"/'; do
+           's/"created_at":"[^"]*"/"created_at":"yesterday"/' 's/"created_at":"[^"]*"/"created_at":"9999-01-01T00:00:00Z"/' 's/"name":"GTX fictional"/"name":"GTX\\u001b[31m"/'; do
   { cat "$tmp/faster.jsonl"; sed "$bad" "$tmp/in.jsonl"; } >"$tmp/bad.jsonl"
   expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/b.sqlite" import "$tmp/bad.jsonl"
   contains err "line 2" "the refusal names the line ($bad)"

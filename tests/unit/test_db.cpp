@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -260,6 +261,34 @@ TEST_CASE("store: import refuses a key given twice in one object, at any depth")
   // The same key in two different objects is fine: the untouched line imports.
   std::istringstream in(line);
   CHECK(db::import_jsonl(s, in, "abc123").best_kept == 1);
+}
+
+TEST_CASE("store: import refuses a created_at more than a day in the future") {
+  // A row dated 9999 was imported, and sorted as the newest for ever after.
+  TempDir t;
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  const std::string line = exported_best(t);
+  auto dated = [&](const std::string& when) {
+    std::string l = line;
+    for (auto at = l.find("2026-11-22T00:00:00Z"); at != std::string::npos; at = l.find("2026-11-22T00:00:00Z"))
+      l.replace(at, 20, when);
+    return l;
+  };
+  auto from_now = [](std::time_t seconds) {
+    const std::time_t when = std::time(nullptr) + seconds;
+    std::tm tm{};
+    gmtime_r(&when, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return std::string(text);
+  };
+  expect_refused(s, dated("9999-01-01T00:00:00Z"), "in the future");
+  expect_refused(s, dated(from_now(2 * 86400)), "in the future");
+  CHECK(s.best_entries().empty());
+  // A clock a few hours ahead (a time zone set wrong) is not a lie about the row.
+  std::istringstream in(dated(from_now(3 * 3600)));
+  CHECK_NOTHROW(db::import_jsonl(s, in, "abc123"));
+  CHECK(s.best_entries().size() == 1);
 }
 
 TEST_CASE("store: damaged, foreign and newer databases are refused with an environment error") {

@@ -15,7 +15,9 @@
 #include <filesystem>
 #include <istream>
 #include <limits>
+#include <map>
 #include <ostream>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -457,8 +459,8 @@ void Store::put_best(const BestEntry& b) {
   });
 }
 
-bool Store::offer_best(const BestEntry& b, const std::string& current_hash) {
-  bool kept = false;
+Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
+  Offered result = Offered::refused;
   write([&] {
     const int64_t d = device_id(b.device), p = problem_id(b.problem);
     Stmt s(db_, path_, "SELECT median_ms, kernel_hash FROM best WHERE device_id = ?1 AND problem_id = ?2");
@@ -467,14 +469,15 @@ bool Store::offer_best(const BestEntry& b, const std::string& current_hash) {
     // runtime, which skips it, fell back to the default. Ties keep what is
     // stored, so merging a database with itself changes nothing.
     if (!s.step()) {
-      kept = true;
+      result = Offered::added;
     } else {
       const bool ours = b.kernel_hash == current_hash, stored_ours = s.text(1) == current_hash;
-      kept = ours != stored_ours ? ours : b.stats.median_ms < s.f64(0);
+      const bool wins = ours != stored_ours ? ours : b.stats.median_ms < s.f64(0);
+      result = wins ? Offered::replaced : Offered::refused;
     }
-    if (kept) put_best(b);
+    if (result != Offered::refused) put_best(b);
   });
-  return kept;
+  return result;
 }
 
 namespace {
@@ -760,11 +763,8 @@ void check_record(const Measurement& m) {
   }
 }
 
-ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current_hash) {
-  ImportCounts n;
-  // Parse and check everything first, so a bad line leaves the database untouched.
-  std::vector<BestEntry> best;
-  std::vector<Measurement> meas;
+Records read_jsonl(std::istream& in) {
+  Records r;
   int64_t line_no = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
@@ -773,11 +773,11 @@ ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current
       const auto j = parse_json_strict(line);
       const auto kind = j.at("record").get<std::string>();
       if (kind == "best") {
-        best.push_back(j.get<BestEntry>());
-        check_record(best.back());
+        r.best.push_back(j.get<BestEntry>());
+        check_record(r.best.back());
       } else if (kind == "measurement") {
-        meas.push_back(j.get<Measurement>());
-        check_record(meas.back());
+        r.measurements.push_back(j.get<Measurement>());
+        check_record(r.measurements.back());
       } else {
         fail_usage("unknown record kind '" + kind + "'");
       }
@@ -788,30 +788,80 @@ ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current
     }
   }
   if (in.bad()) fail_env("error reading the import file; nothing was imported");
+  return r;
+}
+
+Records read_rows(const std::vector<const Store*>& from) {
+  Records r;
+  for (const Store* s : from) {
+    const auto meas = s->measurements();
+    const auto best = s->best_entries();
+    // The rows import would refuse are refused here too (a damaged row with a
+    // median of −1 ms won every merge), before anything is written.
+    try {
+      for (const auto& m : meas) check_record(m);
+      for (const auto& b : best) check_record(b);
+    } catch (const Error& e) {
+      fail_env("database " + s->path() + " holds a damaged row: " + e.what() + "; nothing was merged");
+    }
+    r.measurements.insert(r.measurements.end(), meas.begin(), meas.end());
+    r.best.insert(r.best.end(), best.begin(), best.end());
+  }
+  return r;
+}
+
+namespace {
+// The identity of a stored row as the schema's UNIQUE constraints see it (the
+// device's columns but cublaslt_version, the problem key), as text: what makes
+// two records of one import compete for one row.
+std::string row_key(const DeviceInfo& d, const Problem& p) {
+  return nlohmann::json{d.name, d.arch, d.sm_count, d.memory_bytes, d.driver, d.runtime, d.cublaslt, p.key()}.dump();
+}
+}  // namespace
+
+ImportCounts offer_records(Store& s, const Records& r, const std::string& current_hash) {
+  ImportCounts n;
   s.write([&] {
-    for (const auto& m : meas) n.measurements += s.add_measurement(m), ++n.measurements_offered;
-    for (const auto& b : best) n.best_kept += s.offer_best(b, current_hash), ++n.best_offered;
+    n = {};  // a transaction retried after contention counts afresh
+    std::set<std::string> seen;
+    for (const auto& m : r.measurements) {
+      if (!seen.insert(row_key(m.device, m.problem) + canonical_json(m.config) + m.kernel_hash).second)
+        ++n.measurements_repeated;
+      else if (s.add_measurement(m))
+        ++n.measurements_added;
+      else
+        ++n.measurements_stored;
+    }
+    // A best entry is counted by what its row holds once every record is
+    // offered: two records of one key store one row (the second once counted
+    // as kept too), whichever of them holds it at the end.
+    struct Slot {
+      bool stored_before = false, taken = false;
+      int64_t records = 0;
+    };
+    std::map<std::string, Slot> slots;
+    for (const auto& b : r.best) {
+      auto [it, first] = slots.try_emplace(row_key(b.device, b.problem));
+      const Offered o = s.offer_best(b, current_hash);
+      if (first) it->second.stored_before = o != Offered::added;
+      it->second.taken |= o != Offered::refused;
+      ++it->second.records;
+    }
+    for (const auto& [key, slot] : slots) {
+      if (!slot.taken) {
+        n.best_kept_stored += slot.records;
+        continue;
+      }
+      ++(slot.stored_before ? n.best_replaced : n.best_added);
+      n.best_beaten += slot.records - 1;
+    }
   });
   return n;
 }
 
-ImportCounts merge_into(Store& into, const Store& from, const std::string& current_hash) {
-  ImportCounts n;
-  const auto meas = from.measurements();
-  const auto best = from.best_entries();
-  // The rows import would refuse are refused here too (a damaged row with a
-  // median of −1 ms won every merge), before anything is written.
-  try {
-    for (const auto& m : meas) check_record(m);
-    for (const auto& b : best) check_record(b);
-  } catch (const Error& e) {
-    fail_env(std::string("a database to merge holds a damaged row: ") + e.what() + "; nothing was merged");
-  }
-  into.write([&] {
-    for (const auto& m : meas) n.measurements += into.add_measurement(m), ++n.measurements_offered;
-    for (const auto& b : best) n.best_kept += into.offer_best(b, current_hash), ++n.best_offered;
-  });
-  return n;
+ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current_hash) {
+  // Parse and check everything first, so a bad line leaves the database untouched.
+  return offer_records(s, read_jsonl(in), current_hash);
 }
 
 }  // namespace celtune::db

@@ -22,6 +22,7 @@ struct sqlite3;
 namespace celtune::db {
 
 enum class Access { read_only, read_write };
+enum class Offered { added, replaced, refused };
 
 class Store {
  public:
@@ -51,8 +52,9 @@ class Store {
   // Stores b unless the entry for the same (device, problem) is better: one
   // measured with `current_hash` (the kernels of this build, which the runtime
   // serves) beats one from other kernels, which lookup skips; otherwise the
-  // faster wins, ties keep what is stored. Returns whether b is now the stored one.
-  bool offer_best(const BestEntry& b, const std::string& current_hash);
+  // faster wins, ties keep what is stored. Says whether b was added (none was
+  // stored), replaced the stored entry, or was refused.
+  Offered offer_best(const BestEntry& b, const std::string& current_hash);
   // Stores b, replacing any entry for the same (device, problem).
   void put_best(const BestEntry& b);
 
@@ -99,27 +101,51 @@ std::string broken_best_note(const std::string& path, const BestEntry& b);
 // sorted, so that an export is a stable, reviewable text file.
 void export_jsonl(const Store& s, std::ostream& out);
 
-struct ImportCounts {
-  int64_t best_offered = 0, best_kept = 0;
-  int64_t measurements_offered = 0, measurements = 0;  // measurements: added; the others were stored already
-};
 // Error(usage) naming what is impossible in a record: a problem or config that
 // fails validation, times that are not positive and finite, p20 ≤ median ≤ p80
 // broken. Import checks every line with these; nothing else writes foreign rows.
 void check_record(const BestEntry& b);
 void check_record(const Measurement& m);
 
-// All or nothing: a malformed line throws Error(usage) naming its line number and
-// nothing from the file is stored.
 // JSON text of a record: bytes that are not UTF-8 (only a hand-damaged database
 // holds them: import refuses them) come out as U+FFFD instead of an exception.
 std::string dump_text(const nlohmann::json& j, int indent = -1);
 
-// Best entries are offered as offer_best does, against `current_hash`.
-ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current_hash);
+// The records of an import or a merge, each checked (check_record), in order.
+struct Records {
+  std::vector<Measurement> measurements;
+  std::vector<BestEntry> best;
+  bool empty() const { return measurements.empty() && best.empty(); }
+};
 
-// Copies every measurement and best entry of `from` into `into`; per (device,
-// problem) the better best entry wins (offer_best).
-ImportCounts merge_into(Store& into, const Store& from, const std::string& current_hash);
+// All or nothing: a malformed line throws Error(usage) naming its line number.
+Records read_jsonl(std::istream& in);
+// Every row of each of `from`, in order; a row import would refuse throws
+// Error(environment): that database is damaged, and nothing is merged. Offered
+// at once (offer_records), a key that two databases share counts as one row.
+Records read_rows(const std::vector<const Store*>& from);
+
+// What became of each record offered, each counted in exactly one field.
+struct ImportCounts {
+  int64_t measurements_added = 0;
+  int64_t measurements_stored = 0;    // one with its key was stored before: that one is kept
+  int64_t measurements_repeated = 0;  // its key came earlier in the records: the first counts
+  int64_t best_added = 0;             // stored where none was stored for its device and problem
+  int64_t best_replaced = 0;          // stored in place of the entry stored before
+  int64_t best_kept_stored = 0;       // not stored: the entry stored before is better (offer_best)
+  int64_t best_beaten = 0;            // not stored: another of the records for its device and problem is
+  int64_t records() const {
+    return measurements_added + measurements_stored + measurements_repeated + best_added + best_replaced +
+           best_kept_stored + best_beaten;
+  }
+};
+
+// Stores the records in one transaction (the caller's, when inside one): each
+// measurement unless its key is stored (add_measurement), each best entry as
+// offer_best decides against `current_hash`.
+ImportCounts offer_records(Store& s, const Records& r, const std::string& current_hash);
+
+// read_jsonl, then offer_records: nothing from the file is stored unless all of it is.
+ImportCounts import_jsonl(Store& s, std::istream& in, const std::string& current_hash);
 
 }  // namespace celtune::db

@@ -230,6 +230,24 @@ expect 0 "db import faster into b" -- "$celtune" db --db "$tmp/b.sqlite" import 
 expect 0 "db merge" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/m.sqlite"
 expect 0 "db export merged" -- "$celtune" db --db "$tmp/m.sqlite" export
 contains out '"block_size":1024' "merge kept the faster config"
+# The summaries count each record once, as what became of it: an empty file read
+# "0 of 0", one best record given twice "2 best configs (1 kept)", and a merge
+# whose inputs shared a key "2 won" where one row was stored.
+expect 0 "import an empty file" -- "$celtune" db --db "$tmp/sum.sqlite" import /dev/null
+contains out "nothing imported" "an empty import says so"
+grep -q "0 of 0" "$tmp/out" && { fails=$((fails + 1)); echo "FAIL: an empty import printed '0 of 0'"; } || passes=$((passes + 1))
+cat "$tmp/in.jsonl" "$tmp/in.jsonl" >"$tmp/twice.jsonl"
+expect 0 "import one best record twice" -- "$celtune" db --db "$tmp/sum.sqlite" import "$tmp/twice.jsonl"
+contains out "imported 2 records into $tmp/sum.sqlite: 1 best config added, 1 best config lost to another in the input" \
+  "a repeated record is counted once, as a repeat"
+expect 0 "import it again" -- "$celtune" db --db "$tmp/sum.sqlite" import "$tmp/in.jsonl"
+contains out "imported 1 record into $tmp/sum.sqlite: 1 best config lost to the stored one" "a stored record is not counted as new"
+expect 0 "merge two inputs that share a key into a new database" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" \
+  -o "$tmp/sum-m.sqlite"
+contains out "1 best config added, 1 best config lost to another in the inputs" "the merge counts one row added, one lost"
+expect 0 "merge them into a database holding the key" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/sum.sqlite"
+contains out "1 best config replaced the stored one, 1 best config lost to another in the inputs" \
+  "the merge counts the faster one as replacing the stored row"
 expect 2 "malformed import line" -- "$celtune" db --db "$tmp/a.sqlite" import <(echo '{"record":"best"}')
 expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
 expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o ''
@@ -250,7 +268,7 @@ b["speedup"] = b["default_ms"] / 0.001
 open(sys.argv[2], "w").write(json.dumps(b) + "\n")
 PY
 expect 0 "import a faster entry of other kernels" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/stale.jsonl"
-contains out "(0 kept" "the stale entry was not kept"
+contains out "1 best config lost to the stored one" "the stale entry was not kept"
 expect 0 "lookup after the import" -- "$celtune" lookup --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --mode fwd
 contains out "exact" "the runtime still finds this build's entry"
 # A config the device cannot run is refused as the call would refuse it, from

@@ -57,6 +57,26 @@ std::string db_path(const DbArgs& a) {
 }
 
 
+// "N records into PATH: …", each record counted once as what became of it
+// (db::ImportCounts), the kinds that did not occur left out; `input` names
+// where the records came from.
+std::string outcome(const db::ImportCounts& n, const std::string& input, const std::string& path) {
+  std::string parts;
+  auto part = [&](int64_t k, const char* one, const char* many, const std::string& what) {
+    if (k) parts += (parts.empty() ? "" : ", ") + std::to_string(k) + " " + (k == 1 ? one : many) + " " + what;
+  };
+  part(n.measurements_added, "measurement", "measurements", "added");
+  part(n.measurements_stored, "measurement", "measurements", "stored already (the stored one kept)");
+  part(n.measurements_repeated, "measurement", "measurements", "repeated in " + input + " (the first counted)");
+  part(n.best_added, "best config", "best configs", "added");
+  part(n.best_replaced, "best config", "best configs", "replaced the stored one");
+  part(n.best_kept_stored, "best config", "best configs",
+       "lost to the stored one (as fast or faster, or tuned with this build's kernels where it was not)");
+  part(n.best_beaten, "best config", "best configs", "lost to another in " + input);
+  const int64_t total = n.records();
+  return std::to_string(total) + (total == 1 ? " record" : " records") + " into " + path + ": " + parts;
+}
+
 int do_list(const DbArgs& a) {
   require_database(db_path(a));
   db::Store s(db_path(a), db::Access::read_only);
@@ -129,10 +149,10 @@ int do_import(const DbArgs& a) {
   if (!in) fail_env("cannot read " + a.input);
   db::Store s(db_path(a), db::Access::read_write);
   const auto n = db::import_jsonl(s, in, kKernelSourceHash);
-  std::cout << "imported " << n.measurements << " of " << n.measurements_offered
-            << " measurements (the others were stored already) and " << n.best_offered << " best configs ("
-            << n.best_kept << " kept: faster, or tuned with this build's kernels where the stored one was not) into "
-            << s.path() << '\n';
+  if (n.records() == 0)
+    std::cout << "nothing imported into " << s.path() << ": " << a.input << " holds no records\n";
+  else
+    std::cout << "imported " << outcome(n, "the input", s.path()) << '\n';
   return 0;
 }
 
@@ -150,28 +170,26 @@ int do_merge(const DbArgs& a) {
   std::error_code ec;
   const bool out_existed = fs::exists(a.out, ec);
   std::vector<std::unique_ptr<db::Store>> sources;
+  std::vector<const db::Store*> from;
   for (const auto& in : a.merge_inputs) {
     if (out_existed && fs::equivalent(in, a.out, ec)) continue;
     sources.push_back(std::make_unique<db::Store>(in, db::Access::read_only));
+    from.push_back(sources.back().get());
   }
-  db::ImportCounts total;
+  const db::Records rows = db::read_rows(from);
+  db::ImportCounts n;
   try {
     db::Store out(a.out, db::Access::read_write);
-    out.write([&] {
-      for (const auto& src : sources) {
-        const auto n = db::merge_into(out, *src, kKernelSourceHash);
-        total.measurements += n.measurements, total.measurements_offered += n.measurements_offered;
-        total.best_offered += n.best_offered, total.best_kept += n.best_kept;
-      }
-    });
+    n = db::offer_records(out, rows, kKernelSourceHash);
   } catch (...) {
     if (!out_existed)
       for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(a.out + suffix, ec);
     throw;
   }
-  std::cout << "merged " << total.measurements << " of " << total.measurements_offered
-            << " measurements (the others were stored already) and " << total.best_offered << " best configs ("
-            << total.best_kept << " won) into " << a.out << '\n';
+  if (n.records() == 0)
+    std::cout << "nothing merged into " << a.out << ": the inputs hold no rows\n";
+  else
+    std::cout << "merged " << outcome(n, "the inputs", a.out) << '\n';
   return 0;
 }
 

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
         std::ifstream in(argv[i]);
         if (!in) throw celtune::Error(celtune::Status::environment, std::string("cannot read ") + argv[i]);
         const auto n = celtune::db::import_jsonl(s, in, kKernelSourceHash);
-        std::cout << argv[i] << ": " << n.best_kept << " best configs, " << n.measurements << " measurements\n";
+        std::cout << argv[i] << ": " << n.best_added + n.best_replaced << " best configs, " << n.measurements_added
+                  << " measurements\n";
       }
     }
     sqlite3* db = nullptr;

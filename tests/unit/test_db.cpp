@@ -113,8 +113,8 @@ TEST_CASE("store: write, read back, and export → import → export is lossless
     db::Store s(t.file("b.sqlite"), db::Access::read_write);
     std::istringstream in(text);
     const auto n = db::import_jsonl(s, in, "abc123");
-    CHECK(n.measurements == 2);
-    CHECK(n.best_kept == 2);
+    CHECK(n.measurements_added == 2);
+    CHECK(n.best_added == 2);
     CHECK(export_text(s) == text);
   }
 }
@@ -135,7 +135,7 @@ TEST_CASE("store: merge keeps the faster best per device and problem, and every 
   db::Store out(t.file("out.sqlite"), db::Access::read_write);
   for (const char* f : {"a.sqlite", "b.sqlite"}) {
     db::Store src(t.file(f), db::Access::read_only);
-    db::merge_into(out, src, "abc123");
+    db::offer_records(out, db::read_rows({&src}), "abc123");
   }
   const auto entries = out.best_entries();
   REQUIRE(entries.size() == 3);
@@ -148,7 +148,7 @@ TEST_CASE("store: merge keeps the faster best per device and problem, and every 
   // Merging again changes nothing.
   const std::string before = export_text(out);
   db::Store again(t.file("a.sqlite"), db::Access::read_only);
-  db::merge_into(out, again, "abc123");
+  db::offer_records(out, db::read_rows({&again}), "abc123");
   CHECK(export_text(out) == before);
 }
 
@@ -167,13 +167,13 @@ TEST_CASE("store: import and merge never replace a stored measurement") {
   a.record(stored);
   {
     db::Store b(t.file("b.sqlite"), db::Access::read_only);
-    const auto n = db::merge_into(a, b, "abc123");
-    CHECK(n.measurements_offered == 2);
-    CHECK(n.measurements == 1);  // `other` only
+    const auto n = db::offer_records(a, db::read_rows({&b}), "abc123");
+    CHECK(n.measurements_stored == 1);
+    CHECK(n.measurements_added == 1);  // `other` only
     std::istringstream in(export_text(b));
     const auto m = db::import_jsonl(a, in, "abc123");
-    CHECK(m.measurements_offered == 2);
-    CHECK(m.measurements == 0);
+    CHECK(m.measurements_stored == 2);
+    CHECK(m.measurements_added == 0);
   }
   const auto kept = a.find_measurement(fictional(), problem(4096), stored.config, "abc123");
   REQUIRE(kept);
@@ -191,24 +191,89 @@ TEST_CASE("store: a best entry of this build's kernels is never displaced by a f
   s.put_best(best(fictional(), 4096, 2.0, 256));  // kernel hash abc123: this build's
   db::BestEntry stale = best(fictional(), 4096, 0.5, 512);
   stale.kernel_hash = "0123abcd";
-  CHECK_FALSE(s.offer_best(stale, "abc123"));
+  CHECK(s.offer_best(stale, "abc123") == db::Offered::refused);
   REQUIRE(s.best_entries().size() == 1);
   CHECK(s.best_entries()[0].kernel_hash == "abc123");
   // The other way round: this build's entry replaces a faster stale one …
   db::Store u(t.file("u.sqlite"), db::Access::read_write);
   u.put_best(stale);
-  CHECK(u.offer_best(best(fictional(), 4096, 2.0, 256), "abc123"));
+  CHECK(u.offer_best(best(fictional(), 4096, 2.0, 256), "abc123") == db::Offered::replaced);
   CHECK(u.best_entries()[0].kernel_hash == "abc123");
   // … and between two entries of other kernels (or two of ours) the faster wins.
   db::BestEntry staler = best(fictional(), 4096, 0.4, 1024);
   staler.kernel_hash = "fedc";
-  CHECK_FALSE(u.offer_best(staler, "abc123"));
+  CHECK(u.offer_best(staler, "abc123") == db::Offered::refused);
   db::Store v(t.file("v.sqlite"), db::Access::read_write);
   v.put_best(stale);
-  CHECK(v.offer_best(staler, "abc123"));
+  CHECK(v.offer_best(staler, "abc123") == db::Offered::replaced);
   CHECK(v.best_entries()[0].config.block_size == 1024);
-  CHECK(v.offer_best(best(fictional(), 4096, 9.0, 256), "abc123"));  // ours, though slower
-  CHECK_FALSE(v.offer_best(best(fictional(), 4096, 9.0, 512), "abc123"));  // a tie keeps what is stored
+  CHECK(v.offer_best(best(fictional(), 4096, 9.0, 256), "abc123") == db::Offered::replaced);  // ours, though slower
+  CHECK(v.offer_best(best(fictional(), 4096, 9.0, 512), "abc123") == db::Offered::refused);  // a tie keeps what is stored
+  db::Store w(t.file("w.sqlite"), db::Access::read_write);
+  CHECK(w.offer_best(stale, "abc123") == db::Offered::added);
+}
+
+TEST_CASE("store: import and merge count each record once, as what became of it") {
+  // The summaries once counted a best entry "kept" each time it was stored, so
+  // two records of one key in a file read "2 kept" where one row was stored,
+  // and said "0 of 0" of an empty file.
+  TempDir t;
+  auto total = [](const db::ImportCounts& n) {
+    return n.measurements_added + n.measurements_stored + n.measurements_repeated + n.best_added + n.best_replaced +
+           n.best_kept_stored + n.best_beaten;
+  };
+  auto import_text = [](db::Store& s, const std::string& text) {
+    std::istringstream in(text);
+    return db::import_jsonl(s, in, "abc123");
+  };
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  CHECK(total(import_text(s, "")) == 0);
+  {
+    db::Store lines(t.file("lines.sqlite"), db::Access::read_write);
+    lines.record(meas(fictional(), 4096, 256));
+    lines.put_best(best(fictional(), 4096, 2.0, 256));
+  }
+  db::Store lines(t.file("lines.sqlite"), db::Access::read_only);
+  const std::string one = export_text(lines);  // one measurement, one best entry
+  // The same two records twice: the second of each is a repeat, not a second row.
+  auto n = import_text(s, one + one);
+  CHECK(n.measurements_added == 1);
+  CHECK(n.measurements_repeated == 1);
+  CHECK(n.best_added == 1);
+  CHECK(n.best_beaten == 1);
+  CHECK(total(n) == 4);
+  // Again: everything was stored already.
+  n = import_text(s, one);
+  CHECK(n.measurements_stored == 1);
+  CHECK(n.best_kept_stored == 1);
+  CHECK(total(n) == 2);
+  // A slower and then a faster record of the stored key: one replaces the
+  // stored entry, the other lost to it (not "2 kept").
+  {
+    db::Store two(t.file("two.sqlite"), db::Access::read_write);
+    two.put_best(best(fictional(), 4096, 3.0, 512));
+  }
+  {
+    db::Store two(t.file("two.sqlite"), db::Access::read_only);
+    const std::string slower = export_text(two);
+    db::Store faster_src(t.file("faster.sqlite"), db::Access::read_write);
+    faster_src.put_best(best(fictional(), 4096, 1.0, 1024));
+    n = import_text(s, slower + export_text(faster_src));
+  }
+  CHECK(n.best_replaced == 1);
+  CHECK(n.best_beaten == 1);
+  CHECK(total(n) == 2);
+  REQUIRE(s.best_entries().size() == 1);
+  CHECK(s.best_entries()[0].config.block_size == 1024);
+  // Merge: two inputs holding the same key into a new database: one added, the
+  // other lost to it, whichever order (A's row was "won", then B's "won" too).
+  db::Store out(t.file("out.sqlite"), db::Access::read_write);
+  db::Store a(t.file("two.sqlite"), db::Access::read_only), b(t.file("a.sqlite"), db::Access::read_only);
+  n = db::offer_records(out, db::read_rows({&a, &b}), "abc123");
+  CHECK(n.best_added == 1);
+  CHECK(n.best_beaten == 1);
+  CHECK(n.measurements_added == 1);
+  CHECK(total(n) == 3);
 }
 
 TEST_CASE("store: malformed import stores nothing") {
@@ -260,7 +325,7 @@ TEST_CASE("store: import refuses a key given twice in one object, at any depth")
   }
   // The same key in two different objects is fine: the untouched line imports.
   std::istringstream in(line);
-  CHECK(db::import_jsonl(s, in, "abc123").best_kept == 1);
+  CHECK(db::import_jsonl(s, in, "abc123").best_added == 1);
 }
 
 TEST_CASE("store: import refuses a created_at more than a day in the future") {

@@ -363,7 +363,7 @@ void Store::write(const std::function<void()>& fn) {
     ++tx_depth_;
     try {
       fn();
-      exec(db_, path_, "COMMIT");
+      commit();
       --tx_depth_;
     } catch (...) {
       --tx_depth_;
@@ -371,6 +371,26 @@ void Store::write(const std::function<void()>& fn) {
       throw;
     }
   });
+}
+
+void Store::commit() {
+  // A rollback-journal COMMIT waits for readers' shared locks to clear; one that
+  // meets them past SQLite's own wait returns busy with the transaction still
+  // open. COMMIT alone is retried then, never fn again: fn may have printed a
+  // summary of what it wrote (printed before COMMIT, so that a summary which
+  // cannot be written rolls the write back), and it must not print twice.
+  using Clock = std::chrono::steady_clock;
+  for (;;) {
+    try {
+      exec(db_, path_, "COMMIT");
+      return;
+    } catch (const Stmt::Busy&) {
+      if (Clock::now() >= *deadline_) fail_locked();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - Clock::now()).count();
+      sqlite3_busy_timeout(db_, static_cast<int>(std::max<int64_t>(0, left)));
+    }
+  }
 }
 
 int64_t Store::device_id(const DeviceInfo& d) {

@@ -77,6 +77,7 @@ class Store {
   // naming the lock. Nested calls share the outermost deadline.
   void retry_busy(const std::function<void()>& fn);
   [[noreturn]] void fail_locked() const;
+  void commit();  // inside retry_busy: COMMIT, retried alone until the deadline
 
   std::string path_;
   Access access_;

@@ -380,6 +380,27 @@ expect 3 "tune into a locked rollback-journal database" -- env CELTUNE_BUSY_TIME
   "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/rj.sqlite" --min-runs 3 --max-runs 3
 wait $locker
 [ "$before" = "$(md5sum <"$tmp/rj.sqlite")" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the locked database changed"; }
+# A reader inside a transaction on a rollback-journal database when an import
+# commits: the COMMIT waits for it (the summary, printed before the commit so
+# that one which cannot be written rolls back, comes once) and the rows arrive.
+cp "$tmp/rj.sqlite" "$tmp/rj-read.sqlite"
+rm -f "$tmp/reading"
+python3 - "$tmp/rj-read.sqlite" "$tmp/reading" <<'PY' &
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN")
+con.execute("SELECT count(*) FROM best").fetchall()
+open(sys.argv[2], "w").close()
+time.sleep(1.5)
+con.execute("COMMIT")
+PY
+reading_pid=$!
+for _ in $(seq 50); do [ -e "$tmp/reading" ] && break; sleep 0.1; done
+expect 0 "import while a reader holds a rollback-journal database" -- env CELTUNE_BUSY_TIMEOUT_MS=10000 \
+  "$celtune" db --db "$tmp/rj-read.sqlite" import "$tmp/h.jsonl"
+wait $reading_pid
+[ "$(grep -c '^imported' "$tmp/out")" = 1 ] && "$celtune" db --db "$tmp/rj-read.sqlite" list | grep -q "^cpu" \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: an import that waited for a reader"; cat "$tmp/out"; }
 # A rollback-journal database whose writer died mid-transaction (a hot journal,
 # pages already spilled into the file): readers roll it back first and see the
 # committed rows. They used to open it immutable, skip the journal, and list
@@ -450,6 +471,29 @@ if [ -w /dev/full ]; then
     # shellcheck disable=SC2086
     expect 3 "$cmd > /dev/full" -- bash -c "\"\$0\" $cmd >/dev/full" "$celtune"
   done
+  # A write whose summary cannot be written is not done: a new merge OUT does not
+  # appear, an existing one and an import's database stay as they were (a merge
+  # once exited 3 and left OUT merged).
+  expect 3 "merge into a new OUT > /dev/full" -- bash -c '"$0" db merge "$1" "$2" -o "$3" >/dev/full' "$celtune" \
+    "$tmp/a.sqlite" "$tmp/b.sqlite" "$tmp/full-new.sqlite"
+  [ -z "$(ls "$tmp" | grep '^full-new')" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a merge that exited 3 left OUT"; }
+  for verb in merge import; do
+    cp "$tmp/a.sqlite" "$tmp/full-$verb.sqlite"
+    before=$("$celtune" db --db "$tmp/full-$verb.sqlite" export | md5sum)
+    if [ $verb = merge ]; then
+      expect 3 "merge into an existing OUT > /dev/full" -- bash -c '"$0" db merge "$1" "$2" -o "$3" >/dev/full' \
+        "$celtune" "$tmp/a.sqlite" "$tmp/b.sqlite" "$tmp/full-$verb.sqlite"
+    else
+      expect 3 "import > /dev/full" -- bash -c '"$0" db --db "$1" import "$2" >/dev/full' "$celtune" \
+        "$tmp/full-$verb.sqlite" "$tmp/faster.jsonl"
+    fi
+    contains err "error writing standard output" "the $verb names the write error"
+    [ "$before" = "$("$celtune" db --db "$tmp/full-$verb.sqlite" export | md5sum)" ] && passes=$((passes + 1)) \
+      || { fails=$((fails + 1)); echo "FAIL: a $verb that exited 3 changed its database"; }
+  done
+  "$celtune" db --db "$tmp/full-import.sqlite" import "$tmp/faster.jsonl" >/dev/null
+  [ "$before" != "$("$celtune" db --db "$tmp/full-import.sqlite" export | md5sum)" ] && passes=$((passes + 1)) \
+    || { fails=$((fails + 1)); echo "FAIL: the /dev/full import tests do not change the database when they succeed"; }
 fi
 
 # db import checks every record: impossible timings, p20 > median, a config the

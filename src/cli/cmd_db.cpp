@@ -7,6 +7,7 @@
 #include <memory>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string_view>
 
@@ -140,6 +141,29 @@ int do_export(const DbArgs& a) {
   return 0;
 }
 
+// Offers `records` to the database at `path` in one transaction and prints
+// `summary` of the outcome before it commits, standard output checked: a
+// summary that cannot be written (exit 3) rolls the write back, and a database
+// that did not exist before is removed again, as on any other failure. (Printed
+// after the commit, a merge that exited 3 left its new OUT merged.)
+void offer_and_report(const std::string& path, const db::Records& records,
+                      const std::function<std::string(const db::ImportCounts&)>& summary) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool existed = fs::exists(path, ec);
+  try {
+    db::Store s(path, db::Access::read_write);
+    s.write([&] {
+      std::cout << summary(db::offer_records(s, records, kKernelSourceHash)) << '\n';
+      flush_stdout();
+    });
+  } catch (...) {
+    if (!existed)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
+    throw;
+  }
+}
+
 int do_import(const DbArgs& a) {
   // A directory opens as an ifstream and reads as empty: say so instead of
   // importing nothing and exiting 0.
@@ -147,12 +171,14 @@ int do_import(const DbArgs& a) {
   if (std::filesystem::is_directory(a.input, ec)) fail_env("cannot import " + a.input + ": it is a directory");
   std::ifstream in(a.input);
   if (!in) fail_env("cannot read " + a.input);
-  db::Store s(db_path(a), db::Access::read_write);
-  const auto n = db::import_jsonl(s, in, kKernelSourceHash);
-  if (n.records() == 0)
-    std::cout << "nothing imported into " << s.path() << ": " << a.input << " holds no records\n";
-  else
-    std::cout << "imported " << outcome(n, "the input", s.path()) << '\n';
+  const std::string path = db_path(a);
+  // Every line read and checked before the database is opened: a bad line
+  // leaves no new database behind.
+  const db::Records records = db::read_jsonl(in);
+  offer_and_report(path, records, [&](const db::ImportCounts& n) {
+    return n.records() == 0 ? "nothing imported into " + path + ": " + a.input + " holds no records"
+                            : "imported " + outcome(n, "the input", path);
+  });
   return 0;
 }
 
@@ -164,7 +190,7 @@ int do_merge(const DbArgs& a) {
   namespace fs = std::filesystem;
   for (const auto& in : a.merge_inputs) require_database(in);
   // All or nothing: open and read both inputs before OUT is touched, then write
-  // everything in one transaction; a new OUT that fails is removed again.
+  // everything in one transaction (offer_and_report).
   // OUT may already exist (even be A or B): its rows take part in the merge and
   // none is lost; per (device, problem) the fastest best entry wins.
   std::error_code ec;
@@ -176,20 +202,10 @@ int do_merge(const DbArgs& a) {
     sources.push_back(std::make_unique<db::Store>(in, db::Access::read_only));
     from.push_back(sources.back().get());
   }
-  const db::Records rows = db::read_rows(from);
-  db::ImportCounts n;
-  try {
-    db::Store out(a.out, db::Access::read_write);
-    n = db::offer_records(out, rows, kKernelSourceHash);
-  } catch (...) {
-    if (!out_existed)
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(a.out + suffix, ec);
-    throw;
-  }
-  if (n.records() == 0)
-    std::cout << "nothing merged into " << a.out << ": the inputs hold no rows\n";
-  else
-    std::cout << "merged " << outcome(n, "the inputs", a.out) << '\n';
+  offer_and_report(a.out, db::read_rows(from), [&](const db::ImportCounts& n) {
+    return n.records() == 0 ? "nothing merged into " + a.out + ": the inputs hold no rows"
+                            : "merged " + outcome(n, "the inputs", a.out);
+  });
   return 0;
 }
 

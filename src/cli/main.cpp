@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "output.hpp"
 #include "model/error.hpp"
 
 #ifndef CELTUNE_VERSION
@@ -121,9 +122,7 @@ int main(int argc, char** argv) {
       }
     // Output that never arrived (a full disk, a closed pipe) is not success:
     // every command's standard output is checked here, once, after its last byte.
-    errno = 0;
-    if (!std::cout.flush())
-      fail_env(std::string("error writing standard output") + (errno ? std::string(": ") + std::strerror(errno) : ""));
+    cli::flush_stdout();
     return rc;
   } catch (const Error& e) {
     std::cerr << "celtune: " << e.what() << '\n';

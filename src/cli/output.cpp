@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <ostream>
 
 #include "model/error.hpp"
@@ -68,6 +69,12 @@ std::string human_bytes(double b) {
   int u = 0;
   while (b >= 1024 && u < 4) b /= 1024, ++u;
   return fmt(u ? "%.1f " : "%.0f ", b) + units[u];
+}
+
+void flush_stdout() {
+  errno = 0;
+  if (!std::cout.flush())
+    fail_env(std::string("error writing standard output") + (errno ? std::string(": ") + std::strerror(errno) : ""));
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body) {

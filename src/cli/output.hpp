@@ -33,4 +33,9 @@ std::string fmt(const char* format, double v);  // printf-style for one number
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body);
 std::string human_bytes(double bytes);
 
+// Flushes standard output; Error(environment) when what was written did not
+// arrive (a full disk, a closed pipe). main() calls it after every command; a
+// command whose output must arrive before it commits calls it then too.
+void flush_stdout();
+
 }  // namespace celtune::cli

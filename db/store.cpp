@@ -229,10 +229,40 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
     // (a shared lock, no files): immutable there skipped the lock and the hot
     // journal's recovery, and read a writer's uncommitted pages (merge copied
     // rows that were rolled back).
+    //
+    // A -wal without a -shm (the two files copied without it, a writer that
+    // died while closing) has no live writer either: every connection to a WAL
+    // database maps the -shm. SQLite reads such a log only by creating a -shm,
+    // which a reader must not do, and cannot do in a read-only folder (SQLite's
+    // wal.html: a read-only WAL database needs its -shm and -wal to exist or be
+    // creatable, or immutable; nolock disables WAL, and the heap-memory index
+    // of locking_mode=EXCLUSIVE needs a write lock on the file). A log too
+    // short to hold one frame holds no commit: the file alone is the whole
+    // database, read immutable. A log with frames in a folder where no -shm can
+    // be made is refused saying so. (With the folder writable SQLite makes the
+    // -shm: the only way to read those commits.)
     recover_hot_journal(path);
+    namespace fs = std::filesystem;
     std::error_code ec;
-    const bool immutable = wal_header(path) && !std::filesystem::exists(path + "-wal", ec) &&
-                           !std::filesystem::exists(path + "-journal", ec);
+    const std::string wal = path + "-wal";
+    const bool wal_mode = wal_header(path), has_wal = fs::exists(wal, ec), has_shm = fs::exists(path + "-shm", ec);
+    // The smallest frame: a 24-byte frame header and a 512-byte page, after the
+    // log's 32-byte header.
+    constexpr uintmax_t kSmallestLogWithFrame = 32 + 24 + 512;
+    const uintmax_t wal_bytes = has_wal ? fs::file_size(wal, ec) : 0;
+    const bool log_has_frames = has_wal && (ec || wal_bytes >= kSmallestLogWithFrame);
+    const bool immutable =
+        wal_mode && !fs::exists(path + "-journal", ec) && (!has_wal || (!has_shm && !log_has_frames));
+    if (wal_mode && log_has_frames && !has_shm) {
+      fs::path dir = fs::path(path).parent_path();
+      if (dir.empty()) dir = ".";
+      if (::access(dir.c_str(), W_OK) != 0)
+        fail_env("database " + path + " has commits in its write-ahead log (" + wal + ") but no " + path +
+                 "-shm, which SQLite needs to read the log and cannot create in this read-only folder; open it once "
+                 "where the folder is writable (celtune db import /dev/null as its owner folds the log into the "
+                 "file), or ship it in rollback-journal mode (PRAGMA journal_mode = DELETE) as the shipped "
+                 "database is");
+    }
     flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
     name = file_uri(path, immutable ? "?mode=ro&immutable=1" : "?mode=ro");
   }

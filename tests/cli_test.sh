@@ -668,6 +668,35 @@ expect 0 "lookup from a read-only directory" -- "${reader[@]}" "$rocel" lookup -
 contains out "exact" "the stored config is found in a read-only directory"
 [ "$before" = "$(md5sum <"$ro/tuned.sqlite")" ] && [ ! -e "$ro/new.sqlite" ] && [ -z "$(ls "$ro" | grep -v '^tuned.sqlite$')" ] \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the read-only directory changed"; ls -la "$ro"; }
+# WAL databases whose -wal has no -shm beside it (a copy of the two files, a
+# writer that died closing): one whose log holds no frame is read without
+# creating a -shm (lookup created one), in a read-only folder too; one whose log
+# holds commits cannot be read there (SQLite needs the -shm for the log), and
+# says why instead of "unable to open database file".
+mkdir "$tmp/rowal" && cp "$tmp/t.sqlite" "$tmp/rowal/empty.sqlite" && : >"$tmp/rowal/empty.sqlite-wal"
+cp "$tmp/t.sqlite" "$tmp/rowal/full.sqlite"
+python3 - "$tmp/rowal/full.sqlite" <<'PY'
+import os, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA wal_autocheckpoint = 0")
+c.execute("UPDATE best SET spread = spread * 1.5")
+os._exit(0)  # no checkpoint: the commit stays in the -wal
+PY
+rm -f "$tmp/rowal/full.sqlite-shm"
+[ -s "$tmp/rowal/full.sqlite-wal" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the WAL set-up left no log"; }
+expect 0 "lookup in a WAL database with an empty -wal and no -shm" -- "$celtune" lookup --device cpu --shape 48,16,700 \
+  --dtype bf16 --mode fwdbwd --db "$tmp/rowal/empty.sqlite"
+contains out "exact" "the stored config is found"
+[ ! -e "$tmp/rowal/empty.sqlite-shm" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: lookup created a -shm"; }
+chmod 555 "$tmp/rowal" && chmod 444 "$tmp/rowal"/*
+expect 0 "db list of a WAL database with an empty -wal in a read-only folder" -- "${reader[@]}" "$rocel" db list \
+  --db "$tmp/rowal/empty.sqlite"
+expect 3 "db list of a WAL database whose -wal holds commits, no -shm, read-only folder" -- "${reader[@]}" "$rocel" \
+  db list --db "$tmp/rowal/full.sqlite"
+contains err "full.sqlite-shm" "the refusal names the -shm SQLite would need"
+[ "$(ls "$tmp/rowal" | tr '\n' ' ')" = "empty.sqlite empty.sqlite-wal full.sqlite full.sqlite-wal " ] \
+  && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: readers changed the read-only folder"; ls -la "$tmp/rowal"; }
+chmod 755 "$tmp/rowal"
 # A refused write to a read-only database leaves no -wal/-shm behind, so once it is
 # writable again the next write works (the side files, read-only, once kept every
 # later writer out).

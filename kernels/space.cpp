@@ -13,6 +13,10 @@ KernelConfig SearchSpace::at(const std::vector<size_t>& index) const {
 SearchSpace space_for(const Problem& p) { return p.family == Family::ce ? ce_space(p) : flce_space(p); }
 
 KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs) {
+  if (p.family == Family::ce && runs) {
+    const std::optional<KernelConfig> f = ce_fused_default(p);
+    if (f && runs(*f)) return *f;
+  }
   if (p.family == Family::flce && p.dtype != DType::fp32 && runs) {
     // Forward+backward: from the shipped databases of kernel hash
     // 58e9598bef4af120 (five presets, N = 1024…32768, H100 and H200), the fused

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,13 +56,19 @@ KernelConfig flce_fused_forward(const Problem& p);
 // same scratch (partials included), dW on cuBLASLt; a seed of the flce space.
 KernelConfig flce_fused_forward_backward(const Problem& p);
 
+// The ce family's fused path where it is the device default (sm_90: clusters and
+// bulk copies): forward+backward whenever a row fits kCeMaxClusterBlocks
+// segments of 64 KiB of shared memory, forward at kCeOneLaunchTokens rows or
+// fewer (one launch). nullopt elsewhere.
+std::optional<KernelConfig> ce_fused_default(const Problem& p);
+
 // The built-in default on a device: default_config(p), except where the fused
 // path measured faster and the device runs it (`runs`), in 16-bit: forward flce
 // takes flce_fused_forward (Llama-3-8B N=4096 on the H100: 1.02× one GEMM
 // against 1.14× for the cuBLASLt default; Gemma-2-2B, GPT-2 likewise ahead), and
 // forward+backward at H ≥ 4096 with V ≥ 65536 takes flce_fused_forward_backward
-// (flce/space.cpp gives the measurements). The runtime, bench and tune all
-// start from this.
+// (flce/space.cpp gives the measurements); ce takes ce_fused_default. The
+// runtime, bench and tune all start from this.
 KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs);
 
 SearchSpace ce_space(const Problem& p);

@@ -215,27 +215,30 @@ for s in $steps; do
       fi
       ;;
     cesweep)
-      # ce configs at few and many rows, for the ce default: one block per row at
-      # four tile shapes, rows split into 2…64 segments, and (forward+backward)
-      # the row held on chip by one block or by a cluster of 2, 4 or 8.
-      #   CE_VOCABS, CE_TOKENS override the shapes.
+      # ce configs at few and many rows, for the ce default: the device default
+      # (no --config), the portable two-pass default (rows read twice; split into
+      # segments at few rows), and the fused cluster kernel (rows held in shared
+      # memory by a cluster of 1…8 blocks; one launch at ≤ 512 rows) at three
+      # thread shapes, both modes.
+      #   CE_VOCABS, CE_TOKENS, CE_RUNS override the shapes and the timed runs.
       seg() { echo $(( (($1 + $2 - 1) / $2 + 255) / 256 * 256 )); }  # V split in $2, rounded up to 256
-      for V in ${CE_VOCABS:-128256 32000 256000 50257}; do
+      for V in ${CE_VOCABS:-32000 50257 128256 256000}; do
         t0=$(date +%s)
-        cf=()
-        for c in 2048:256 4096:512 8192:1024 4096:256; do
-          cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:}}")
-        done
-        for sp in 2 4 8 16 32 64; do
-          [ $(seg $V $sp) -ge 2048 ] && cf+=(--config "{\"block_size\":2048,\"threads\":256,\"v_chunk\":$(seg $V $sp)}")
+        cf=(--config '{"block_size":4096,"threads":256}')
+        for sp in 4 16; do
+          [ $(seg $V $sp) -ge 4096 ] && cf+=(--config "{\"block_size\":4096,\"threads\":256,\"v_chunk\":$(seg $V $sp)}")
         done
         for sp in 1 2 4 8; do
-          for c in 2048:256 4096:512 8192:1024; do
-            cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:},\"v_chunk\":$(seg $V $sp),\"fused\":true}")
+          [ $(( $(seg $V $sp) * 2 )) -gt 200000 ] && continue  # bf16 segment beyond shared memory
+          [ $sp -gt 1 ] && [ $(seg $V $sp) -ge $V ] && continue
+          for c in 2048:256 4096:256 4096:512; do
+            vc=$(seg $V $sp); [ $sp = 1 ] && vc=0
+            cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:},\"v_chunk\":$vc,\"fused\":true}")
           done
         done
-        for N in ${CE_TOKENS:-1 32 256 2048 8192 32768}; do
-          $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd "${cf[@]}" >>"$OUT/cesweep_$V.txt" 2>&1
+        for N in ${CE_TOKENS:-1 16 256 4096 32768}; do
+          $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd --runs ${CE_RUNS:-30} >>"$OUT/cesweep_$V.txt" 2>&1
+          $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd --runs ${CE_RUNS:-30} "${cf[@]}" >>"$OUT/cesweep_$V.txt" 2>&1
         done
         note "cesweep V=$V: $(( $(date +%s) - t0 )) s"
       done

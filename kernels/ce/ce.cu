@@ -31,7 +31,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "ce.hpp"
@@ -113,18 +116,19 @@ __device__ __forceinline__ bool valid_target(const LossParams& p, int64_t y) {
   return y != p.ignore_index && y >= 0 && y < p.vocab;
 }
 
-// The per-token scale c_i of flce-math.md.
-__device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, int64_t y) {
+// The per-token scale c_i of flce-math.md, with n valid targets.
+__device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, int64_t y, int64_t n) {
   if (!valid_target(p, y)) return 0.0f;
   switch (p.reduction) {
-    case Reduction::mean: {
-      const int64_t n = *p.n_valid;
-      return n ? *p.grad_scale / static_cast<float>(n) : 0.0f;
-    }
+    case Reduction::mean: return n ? *p.grad_scale / static_cast<float>(n) : 0.0f;
     case Reduction::sum: return *p.grad_scale;
     case Reduction::none: return p.grad_tokens[row];
   }
   return 0.0f;
+}
+// n read from count_targets' result (mean only: the others never touch it).
+__device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, int64_t y) {
+  return token_scale(p, row, y, p.reduction == Reduction::mean && valid_target(p, y) ? *p.n_valid : 0);
 }
 
 // The bias for columns col … col+ELEMS of the problem, added in fp32 (flce only).
@@ -676,27 +680,115 @@ __global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const f
 
 constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
 
-// Forward+backward with each row read from device memory once: a thread-block
-// cluster of `splits` blocks shares the row (sm_90; one block when splits = 1),
-// each holding its segment in shared memory, loaded by bulk copies. The blocks
-// exchange their partials through distributed shared memory, every block merges
-// them in the same order (so all agree on L bit for bit), then each writes its
-// segment's dZ from the copy it holds. What does not fit in shared memory (and
-// the few elements before the first 16-byte boundary) is read from device memory.
+// Block-wide reduction in a fixed order (a shuffle tree within each warp, then one
+// over the warps), so the same inputs give the same bits; the result is valid in
+// thread 0. Every thread of the block must call it.
+template <typename V, typename Op>
+__device__ __forceinline__ V block_reduce(V v, Op op, V identity) {
+  __shared__ V s[32];
+  __syncthreads();  // a previous call's readers are done with s
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  if (lane == 0) s[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < nwarps ? s[lane] : identity;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  }
+  return v;
+}
+
+// The valid targets among the first `tokens` (count) and the first target outside
+// [0, V) that is not ignore_index (bad, −1 if none), over the whole block; valid
+// in thread 0.
+__device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t tokens, int64_t& count,
+                                                    int64_t& bad) {
+  long long c = 0, b = INT64_MAX;
+  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
+    const int64_t y = target_of(p, i);
+    if (y == p.ignore_index) continue;
+    if (y < 0 || y >= p.vocab) {
+      b = min(b, static_cast<long long>(i));
+      continue;
+    }
+    ++c;
+  }
+  count = block_reduce(c, [](long long x, long long y) { return x + y; }, 0ll);
+  const long long first = block_reduce(b, [](long long x, long long y) { return min(x, y); }, (long long)INT64_MAX);
+  bad = first == INT64_MAX ? -1 : first;
+}
+
+// loss from the token losses (mean: over n valid targets, 0 when none); thread 0.
+// Read through L2 (ld.cg): in the one launch, other blocks wrote them just now.
+__device__ __forceinline__ float block_loss(const float* token_loss, int64_t tokens, Reduction red, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) acc += __ldcg(token_loss + i);
+  const float total = block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f);
+  if (red != Reduction::mean) return total;
+  return n ? total / static_cast<float>(n) : 0.0f;
+}
+
+// Folds [lo, hi) of a row from device memory, ELEMS a thread, scalar loads: the
+// few elements the bulk copies cannot move (before the first 16-byte boundary,
+// after the last whole 16 bytes, beyond shared memory). Short and simple, so the
+// kernel's registers stay those of its shared-memory loop.
 template <typename T, int ELEMS>
-__global__ void cluster_kernel(TileView v, LossParams p, int64_t seg, int splits, float* lse, float* token_loss,
-                               int64_t cache_elems) {
+__device__ __forceinline__ void fold_global(const T* row, int64_t lo, int64_t hi, int64_t v0, const LossParams& p,
+                                            ThreadStats& t) {
+  const int64_t block = int64_t{ELEMS} * blockDim.x;
+  for (int64_t i = lo + int64_t{threadIdx.x} * ELEMS; i < hi; i += block) {
+    float x[ELEMS];
+    load_masked<T, ELEMS>(row, i, hi, x);
+    fold_tile<T, ELEMS>(p, v0 + i, hi - i, x, t.m, t.d, t.zs);
+  }
+}
+template <typename T, int ELEMS>
+__device__ __forceinline__ void grad_global(const T* row, T* orow, int64_t lo, int64_t hi, const GradOp<T, ELEMS>& grad,
+                                            float c) {
+  const int64_t block = int64_t{ELEMS} * blockDim.x;
+  for (int64_t i = lo + int64_t{threadIdx.x} * ELEMS; i < hi; i += block) {
+    float x[ELEMS];
+    if (c != 0.0f) load_masked<T, ELEMS>(row, i, hi, x);
+    grad(i, x, hi - i);
+    store_masked<T, ELEMS>(orow, i, hi, x);
+  }
+}
+
+// Forward (and backward) with each row read from device memory once: a
+// thread-block cluster of `splits` blocks shares the row (sm_90; one block when
+// splits = 1), each holding its segment in shared memory, loaded by bulk copies.
+// The blocks exchange their partials through distributed shared memory, every
+// block merges them in the same order (so all agree on L bit for bit), then, with
+// `grad`, each writes its segment's dZ from the copy it holds.
+//
+// Registers are what makes this fast: the bytes in flight are the bulk copies',
+// not the threads', so a thread needs only one tile of ELEMS values, and
+// __launch_bounds__(1024) holds it to 64 registers: three or more blocks share an
+// SM, one copying while the others fold or write. (At 124–128 registers, one
+// block an SM, the same schedule ran 1.4–1.95× the floor: docs/results.md.)
+//
+// One launch (`one.on`, a few rows): the whole call in this kernel, since at a few
+// rows three launches cost more than the data. Every block counts the targets
+// itself (so its gradient's scale needs no earlier kernel); the cluster's first
+// block of each row adds the row to a counter after its token loss, and the last
+// row to arrive sums the token losses in a fixed order and resets the counter.
+template <typename T, int ELEMS>
+__global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p, int64_t seg, int splits, float* lse,
+                                                       float* token_loss, int64_t cache_elems, bool grad, OneLaunch one) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 cache_raw[];
   T* cache = reinterpret_cast<T*>(cache_raw);
   __shared__ uint64_t bars[kPieces];
   __shared__ float4 s_part;
   __shared__ float s_L, s_c;
+  __shared__ int64_t s_n;
+  __shared__ bool s_last;
   cg::cluster_group cluster = cg::this_cluster();
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, y = target_of(p, gr), v0 = v.v0 + g.c0;
   const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
-  T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
   // The bulk span [b0, b1): from the first 16-byte boundary, whole 16-byte units,
   // as much as shared memory holds; pieces of whole tiles so threads' vectors align.
   const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
@@ -711,10 +803,18 @@ __global__ void cluster_kernel(TileView v, LossParams p, int64_t seg, int splits
       if (lo < hi) bulk_load(cache + (lo - b0), row + lo, static_cast<uint32_t>((hi - lo) * sizeof(T)), &bars[k]);
     }
   }
+  if (one.on) {  // while the copies fly
+    int64_t n, bad;
+    block_count_targets(p, one.tokens, n, bad);
+    if (threadIdx.x == 0) {
+      s_n = n;
+      if (blockIdx.x == 0) *one.n_valid = n, *one.bad = bad;
+    }
+  }
   __syncthreads();  // the barriers are initialised before anyone waits on them
   ThreadStats t;
-  thread_stats<T, ELEMS>(row, b0, v0, p, nullptr, 0, t);                      // before the boundary
-  thread_stats<T, ELEMS>(row + b1, g.cols - b1, v0 + b1, p, nullptr, 0, t);  // beyond shared memory
+  fold_global<T, ELEMS>(row, 0, b0, v0, p, t);        // before the boundary
+  fold_global<T, ELEMS>(row, b1, g.cols, v0, p, t);  // beyond shared memory
   for (int k = 0; k < kPieces; ++k) {
     const int64_t lo = k * piece, hi = min(b1 - b0, lo + piece);
     if (lo >= hi) break;
@@ -734,6 +834,7 @@ __global__ void cluster_kernel(TileView v, LossParams p, int64_t seg, int splits
   const Partial s = block_partial(t);
   if (threadIdx.x == 0) s_part = make_float4(s.m, s.d, s.zs, target_logit(p, row, v0, g.cols, y));
   cluster.sync();
+  const bool first = cluster.block_rank() == 0;
   if (threadIdx.x == 0) {
     float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
     for (int k = 0; k < splits; ++k) {
@@ -742,36 +843,52 @@ __global__ void cluster_kernel(TileView v, LossParams p, int64_t seg, int splits
       zs += q.z, zt += q.w;
     }
     const float L = m + logf(d);
-    if (cluster.block_rank() == 0) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zt, y);
+    if (first) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zt, y);
     s_L = L;
-    s_c = token_scale(p, gr, y);
+    s_c = !grad ? 0.0f : one.on ? token_scale(p, gr, y, s_n) : token_scale(p, gr, y);
   }
   // No block may leave while another still reads its partial; the barrier also
   // gives every thread s_L and s_c.
   cluster.sync();
-  write_grad_row<T, ELEMS>(row, orow, v0, b0, p, s_L, s_c, y, nullptr, 0);
-  write_grad_row<T, ELEMS>(row + b1, orow + b1, v0 + b1, g.cols - b1, p, s_L, s_c, y, nullptr, 0);
-  const GradOp<T, ELEMS> grad(p, s_L, s_c, v0 + b0, y);
-  const bool wide = (reinterpret_cast<uintptr_t>(orow + b0) % 16) == 0;
-  for (int64_t i = mine; i < b1 - b0; i += block) {
-    float x[ELEMS];
-    const int64_t valid = b1 - b0 - i;
-    if (valid >= ELEMS) {
-      Raw<T, ELEMS> r;
-      r.load(cache + i);
-      r.to_float(x);
-    } else {
-      load_masked<T, ELEMS>(cache, i, b1 - b0, x);
-    }
-    grad(i, x, valid);
-    if (wide && valid >= ELEMS) {
-      Raw<T, ELEMS> out;
-      out.from_float(x);
-      out.store(orow + b0 + i);
-    } else {
-      store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
+  if (grad) {
+    T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
+    const float c = s_c;
+    const GradOp<T, ELEMS> op(p, s_L, c, v0, y);
+    grad_global<T, ELEMS>(row, orow, 0, b0, op, c);
+    grad_global<T, ELEMS>(row, orow, b1, g.cols, op, c);
+    const bool wide = (reinterpret_cast<uintptr_t>(orow + b0) % 16) == 0;
+    const GradOp<T, ELEMS> body(p, s_L, c, v0 + b0, y);
+    for (int64_t i = mine; i < b1 - b0; i += block) {
+      float x[ELEMS];
+      const int64_t valid = b1 - b0 - i;
+      if (valid >= ELEMS) {
+        Raw<T, ELEMS> r;
+        r.load(cache + i);
+        r.to_float(x);
+      } else {
+        load_masked<T, ELEMS>(cache, i, b1 - b0, x);
+      }
+      body(i, x, valid);
+      if (wide && valid >= ELEMS) {
+        Raw<T, ELEMS> out;
+        out.from_float(x);
+        out.store(orow + b0 + i);
+      } else {
+        store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
+      }
     }
   }
+  if (!one.on || !first) return;
+  // The threadfence reduction: this row's token loss is visible before it counts.
+  if (threadIdx.x == 0) {
+    __threadfence();
+    s_last = atomicAdd(one.done, 1u) == static_cast<unsigned>(v.rows) - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const float loss = block_loss(token_loss + v.r0, v.rows, p.reduction, s_n);
+  if (threadIdx.x == 0) *one.loss = loss, *one.done = 0;
 #endif
 }
 
@@ -779,7 +896,7 @@ __global__ void cluster_kernel(TileView v, LossParams p, int64_t seg, int splits
 using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*, float*, int64_t);
 using GradFn = void (*)(TileView, LossParams, const float*, int64_t, int);
 using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*);
-using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t);
+using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t, bool, OneLaunch);
 
 constexpr int kElems[] = {1, 2, 4, 8, 16, 32};
 constexpr int kNumElems = 6;
@@ -820,48 +937,15 @@ Fn pick(DType t, int i, const Fn (&f32)[kNumElems], const Fn (&b16)[kNumElems], 
   pick(t, i, Table<float>::member, Table<__nv_bfloat16>::member, Table<__half>::member)
 
 __global__ void count_targets_kernel(LossParams p, int64_t tokens, int64_t* n_valid, int64_t* bad_index) {
-  int64_t count = 0, bad = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
-    const int64_t y = target_of(p, i);
-    if (y == p.ignore_index) continue;
-    if (y < 0 || y >= p.vocab) {
-      bad = min(bad, i);
-      continue;
-    }
-    ++count;
-  }
-  __shared__ long long s_count[1024], s_bad[1024];
-  s_count[threadIdx.x] = count, s_bad[threadIdx.x] = bad;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) {
-      s_count[threadIdx.x] += s_count[threadIdx.x + w];
-      s_bad[threadIdx.x] = min(s_bad[threadIdx.x], s_bad[threadIdx.x + w]);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    *n_valid = s_count[0];
-    *bad_index = s_bad[0] == INT64_MAX ? -1 : s_bad[0];
-  }
+  int64_t count, bad;
+  block_count_targets(p, tokens, count, bad);
+  if (threadIdx.x == 0) *n_valid = count, *bad_index = bad;
 }
 
 __global__ void reduce_loss_kernel(const float* token_loss, int64_t tokens, Reduction red, const int64_t* n_valid,
                                    float* loss) {
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) acc += token_loss[i];
-  __shared__ float s[1024];
-  s[threadIdx.x] = acc;
-  __syncthreads();
-  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    float total = s[0];
-    if (red == Reduction::mean) total = *n_valid ? total / static_cast<float>(*n_valid) : 0.0f;
-    *loss = total;
-  }
+  const float total = block_loss(token_loss, tokens, red, red == Reduction::mean ? *n_valid : 0);
+  if (threadIdx.x == 0) *loss = total;
 }
 
 template <typename T>
@@ -914,11 +998,23 @@ BlockLimit block_limit(DType t, int i, Kernel k) {
   return table[d][i][k];
 }
 
-// Dynamic shared memory above the 48 KiB default must be asked for per kernel.
+// Dynamic shared memory above the 48 KiB default must be asked for per kernel
+// (and per device): the kernel's limit, which every launch must stay under. Only
+// ever raised, and asked once for each (device, kernel) and size beyond what was
+// set: at a few rows a ce call takes ~10 µs, and the host's work before the
+// launch is part of it.
 template <typename Fn>
 void allow_smem(Fn fn, size_t bytes) {
-  if (bytes > 48 * 1024)
-    CELTUNE_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  if (bytes <= 48 * 1024) return;
+  int dev = 0;
+  CELTUNE_CUDA(cudaGetDevice(&dev));
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, size_t> limit;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& set = limit[{dev, reinterpret_cast<const void*>(fn)}];
+  if (bytes <= set) return;
+  CELTUNE_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  set = bytes;
 }
 
 unsigned grid_of(int64_t rows, int splits) {
@@ -978,15 +1074,30 @@ std::string ce_cluster_unsupported(const CeLaunch& l, DType t, int64_t seg, int 
   const int i = elems_index(l);
   const ClusterFn fn = CELTUNE_PICK(cluster, t, i);
   const size_t smem = static_cast<size_t>(cluster_cache(t, seg) * dtype_bytes(t));
-  allow_smem(fn, smem);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(splits));
-  cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr = cluster_attr(splits);
-  cfg.attrs = &attr, cfg.numAttrs = 1;
+  // The occupancy query costs more than a small call's kernel: asked once per
+  // (device, kernel, shape) and remembered.
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, size_t, int>, int> known;
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads, smem, splits);
   int clusters = 0;
-  CELTUNE_CUDA(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) clusters = it->second;
+  }
+  if (clusters == 0) {
+    allow_smem(fn, smem);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(splits));
+    cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr = cluster_attr(splits);
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    CELTUNE_CUDA(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
+    if (clusters == 0) clusters = -1;  // asked: none fit
+    std::lock_guard<std::mutex> lock(mu);
+    known[key] = clusters;
+  }
   if (clusters < 1)
     return "a cluster of " + std::to_string(splits) + " blocks of " + std::to_string(l.threads) + " threads and " +
            std::to_string(smem / 1024) + " KiB of shared memory each cannot be scheduled on this GPU";
@@ -1031,7 +1142,7 @@ void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* 
 }
 
 void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse, float* token_loss, const CeLaunch& l,
-                cudaStream_t st) {
+                cudaStream_t st, bool grad, const OneLaunch& one) {
   if (v.rows == 0) return;
   const int splits = static_cast<int>((v.cols + seg - 1) / seg);
   const ClusterFn fn = CELTUNE_PICK(cluster, p.dtype, elems_index(l));
@@ -1045,7 +1156,10 @@ void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse,
   cfg.stream = st;
   cudaLaunchAttribute attr = cluster_attr(splits);
   cfg.attrs = &attr, cfg.numAttrs = 1;
-  CELTUNE_CUDA(cudaLaunchKernelEx(&cfg, fn, v, p, seg, splits, lse, token_loss, cache));
+  // A refused launch also leaves its error as the thread's last error: taken
+  // (and so cleared) by the launch check, or the next call would report it again.
+  (void)cudaLaunchKernelEx(&cfg, fn, v, p, seg, splits, lse, token_loss, cache, grad, one);
+  CELTUNE_LAUNCHED();
 }
 
 void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_t* bad_index, cudaStream_t st) {

@@ -99,12 +99,28 @@ void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeL
 void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
                     const CeLaunch& l, cudaStream_t st);
 
-// Forward+backward reading each row from device memory once: a thread-block
-// cluster of ceil(cols / seg) blocks (one when seg ≥ cols) (≤ kCeMaxClusterBlocks, model/config.hpp) shares each row, every
-// block holding its segment in shared memory, and the partials are exchanged
-// through distributed shared memory. Writes lse, token_loss and dZ (v.out).
+// A ce call of a few rows in one launch (ce_cluster): besides its rows, the
+// kernel counts the targets into n_valid and bad (as count_targets) and reduces
+// the loss (as reduce_loss). `done` is a counter that is zero between calls
+// (Context::one_launch_counter); the kernel leaves it zero.
+struct OneLaunch {
+  bool on = false;
+  int64_t tokens = 0;
+  int64_t* n_valid = nullptr;
+  int64_t* bad = nullptr;
+  float* loss = nullptr;
+  unsigned* done = nullptr;
+};
+
+// Each row read from device memory once (fused; kCeOneLaunchTokens rows or fewer
+// in one launch, model/config.hpp): a thread-block cluster of
+// ceil(cols / seg) blocks (one when seg ≥ cols; ≤ kCeMaxClusterBlocks,
+// model/config.hpp) shares each row, every block holding its segment in shared
+// memory, and the partials are exchanged through distributed shared memory.
+// Writes lse and token_loss, and with `grad` dZ (v.out); with one.on also the
+// target count and the loss.
 void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse, float* token_loss, const CeLaunch& l,
-                cudaStream_t st);
+                cudaStream_t st, bool grad, const OneLaunch& one);
 
 // Counts valid targets into *n_valid and records the first target outside
 // [0, V) that is not ignore_index in *bad_index (−1 if none).

@@ -1,10 +1,39 @@
 // The ce family's search space: tile width, threads, how many blocks share a row
 // (v_chunk: the segment one block folds; 0 = the whole row), and the fused variant
 // (the row held on chip between the forward and gradient sweeps, by one block or
-// by a cluster of blocks; forward+backward only).
+// by a cluster of blocks; in forward, one launch at a few rows).
 #include "kernels/space.hpp"
 
 namespace celtune {
+
+std::optional<KernelConfig> ce_fused_default(const Problem& p) {
+  // Forward gains only the launches it saves: up to ~8 MiB of logits (H100,
+  // docs/results.md: 16 rows of V = 256000, 0.019 ms against 0.021), while at 256
+  // rows of V = 32000 the two-pass kernels were ahead (0.021 against 0.023),
+  // since a block waits for its copy before it folds.
+  constexpr int64_t kForwardBytes = 12 << 20;
+  const bool bwd = p.mode == Mode::forward_backward;
+  if (!bwd && (p.tokens > kCeOneLaunchTokens || p.tokens * p.vocab * dtype_bytes(p.dtype) > kForwardBytes))
+    return std::nullopt;
+  // Segments held in shared memory: at most kSegBytes, so that three or more
+  // blocks share an SM; a few rows split further so that ~kBlocks blocks run.
+  constexpr int64_t kSegBytes = 64 * 1024, kBlocks = 256, kMinSegment = 4096;
+  const int64_t bytes = dtype_bytes(p.dtype);
+  auto seg_of = [&](int64_t splits) { return ((p.vocab + splits - 1) / splits + 255) / 256 * 256; };
+  int64_t splits = 1;
+  while (splits < kCeMaxClusterBlocks && seg_of(splits) * bytes > kSegBytes) ++splits;
+  // Forward+backward holds the row: past kSegBytes a block an SM (fp32 at V =
+  // 256000) is slower than reading the row twice. Forward only needs the launch.
+  if (bwd && seg_of(splits) * bytes > kSegBytes) return std::nullopt;
+  while (splits < kCeMaxClusterBlocks && p.tokens * splits < kBlocks && seg_of(splits + 1) >= kMinSegment) ++splits;
+  KernelConfig c = default_config(p);
+  c.fused = true;
+  c.block_size = 2048;
+  c.threads = 256;
+  c.v_chunk = seg_of(splits) < p.vocab ? seg_of(splits) : 0;
+  if (c.block_size > c.v_chunk_for(p)) c.block_size = 1024;  // a vocabulary under 2048
+  return c;
+}
 
 namespace {
 // Segments that split V into 2, 4, … 64 blocks of at least 1024 columns, rounded
@@ -27,8 +56,7 @@ SearchSpace ce_space(const Problem& p) {
       {"block_size", {1024, 2048, 4096, 8192, 16384}, [](KernelConfig& c, int64_t v) { c.block_size = int(v); }},
       {"threads", {128, 256, 512, 1024}, [](KernelConfig& c, int64_t v) { c.threads = int(v); }},
       {"v_chunk", segments(p.vocab), [](KernelConfig& c, int64_t v) { c.v_chunk = v; }},
-      {"fused", p.mode == Mode::forward_backward ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0},
-       [](KernelConfig& c, int64_t v) { c.fused = v != 0; }},
+      {"fused", {0, 1}, [](KernelConfig& c, int64_t v) { c.fused = v != 0; }},
   };
   // A fused row split among more blocks than a cluster holds is refused by
   // validate_config, which the backends' checks run.

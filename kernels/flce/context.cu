@@ -19,6 +19,7 @@ Context::~Context() {
   DeviceScope on(device_, std::nothrow);
   for (auto& [k, p] : plans_) release(p);
   cudaFree(scratch_);
+  cudaFree(counter_);
   cublasLtDestroy(lt_);
 }
 
@@ -30,6 +31,14 @@ void* Context::scratch(size_t bytes) {
   CELTUNE_CUDA(cudaMalloc(&scratch_, bytes));
   scratch_bytes_ = bytes;
   return scratch_;
+}
+
+unsigned* Context::one_launch_counter() {
+  if (!counter_) {
+    CELTUNE_CUDA(cudaMalloc(&counter_, sizeof(unsigned)));
+    CELTUNE_CUDA(cudaMemset(counter_, 0, sizeof(unsigned)));
+  }
+  return counter_;
 }
 
 std::string serialise_algo(const cublasLtMatmulAlgo_t& a) {

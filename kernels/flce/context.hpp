@@ -60,6 +60,10 @@ class Context {
   bool poison_scratch() const { return poison_scratch_; }
   // Scratch of at least `bytes`, valid until the next call; contents undefined.
   void* scratch(size_t bytes);
+  // A device counter that is zero between calls, for kernels whose last block
+  // finishes the call (ce's one launch). Outside scratch: poisoning must not
+  // touch it, and it keeps its zero from one call to the next.
+  unsigned* one_launch_counter();
 
  private:
   struct Plan {
@@ -84,6 +88,7 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  unsigned* counter_ = nullptr;
   struct PlanKey {
     GemmShape shape;
     std::string algo;

@@ -84,10 +84,11 @@ struct Layout {
   bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass;
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
   // ce: each row split into ce_splits segments of vc columns, one block each;
-  // forward+backward with fused holds the row on chip in a cluster of ce_splits
-  // blocks (one block: a cluster of one), which needs no partials.
+  // fused holds the row on chip in a cluster of ce_splits blocks (one block: a
+  // cluster of one), which needs no partials, and runs a call of a few rows in
+  // one launch (ce_one_launch).
   int ce_splits = 1;
-  bool ce_cluster = false;
+  bool ce_cluster = false, ce_one_launch = false;
   size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, ce_parts, ws, ws_bytes, total;
 
   Layout(const Problem& p, const KernelConfig& c) {
@@ -108,7 +109,8 @@ struct Layout {
     dw_cutlass = fused && dw_variant(c) >= 0;
     if (!flce) {
       ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
-      ce_cluster = bwd && c.fused;
+      ce_cluster = c.fused;
+      ce_one_launch = ce_cluster && N > 0 && N <= kCeOneLaunchTokens;
     }
     if (fused) {
       const int v = logits_variant(c);
@@ -299,6 +301,7 @@ struct Prologue {
   LossParams lp;
   RowState rs;
   CeLaunch launch;
+  OneLaunch one;  // ce's call of a few rows in one launch (on: count_targets did not run)
 };
 
 Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
@@ -308,12 +311,13 @@ Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const 
   char* base = static_cast<char*>(ctx.scratch(L.total));
   int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
-  Prologue out{L, base, loss_params(p, a, n_valid), row_state(base, L), CeLaunch{c.block_size, c.threads, c.fused ? L.vc : 0}};
+  const OneLaunch one{L.ce_one_launch, L.N, n_valid, bad, a.loss, L.ce_one_launch ? ctx.one_launch_counter() : nullptr};
+  Prologue out{L, base, loss_params(p, a, n_valid), row_state(base, L), CeLaunch{c.block_size, c.threads, c.fused ? L.vc : 0}, one};
   if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
   // cuBLASLt's split-K reduction reads workspace that initcheck reports as never
   // written (N·V > 2^31, H = 64): zeroed, so nothing depends on what it held.
   if (L.ws_bytes) CELTUNE_CUDA(cudaMemsetAsync(base + L.ws, 0, L.ws_bytes, st));
-  count_targets(out.lp, L.N, n_valid, bad, st);
+  if (!L.ce_one_launch) count_targets(out.lp, L.N, n_valid, bad, st);
   return out;
 }
 }  // namespace
@@ -439,12 +443,12 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
   const LossParams& lp = run.lp;
   const TileView all{a.logits, L.V, 0, L.N, 0, L.V, a.dz, L.V};
   if (L.ce_cluster) {
-    ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st);
+    ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st, L.bwd, run.one);
   } else {
     ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st);
     if (L.bwd) ce_grad(all, lp, a.lse, run.launch, st, L.vc);
   }
-  reduce_loss(a.token_loss, L.N, lp, a.loss, st);
+  if (!L.ce_one_launch) reduce_loss(a.token_loss, L.N, lp, a.loss, st);
 }
 
 }  // namespace celtune::cuda

@@ -168,12 +168,13 @@ Action register_bench(CLI::App& app) {
         for (Mode m : modes) {
           Problem p = p0;
           p.family = Family::ce, p.hidden = 0, p.bias = false, p.mode = m;
-          std::vector<KernelConfig> ce_configs{default_config(p)};
+          auto dflt = [&] { return device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }); };
+          std::vector<KernelConfig> ce_configs{dflt()};
           if (p0.family == Family::ce) ce_configs = configs;
           const double elems = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
           const double bytes = elems * dtype_bytes(p.dtype) * (m == Mode::forward ? 1 : 2);
           for (KernelConfig c : ce_configs) {
-            if (p0.family == Family::ce && a->configs.empty()) c = default_config(p);
+            if (p0.family == Family::ce && a->configs.empty()) c = dflt();
             const double floor_ms =
                 std::max(bytes / (f.copy_gb_per_s * 1e9) * 1e3, f.ce_copy_ms[m == Mode::forward ? 0 : 1]);
             Row r{"ce", "celtune", std::string(to_string(m)), p, to_string(c), {}, floor_ms, 0, 0,

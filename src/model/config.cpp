@@ -51,7 +51,7 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (c.v_chunk_for(p) < p.vocab && c.block_size > c.v_chunk_for(p))
     fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
                std::to_string(c.v_chunk_for(p)));
-  if (p.family == Family::ce && c.fused && p.mode == Mode::forward_backward) {
+  if (p.family == Family::ce && c.fused) {
     const int64_t seg = c.v_chunk_for(p), blocks = (p.vocab + seg - 1) / seg;
     if (blocks > kCeMaxClusterBlocks)
       fail_usage("fused ce splits each row among a cluster of at most " + std::to_string(kCeMaxClusterBlocks) +

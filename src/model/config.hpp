@@ -21,6 +21,10 @@ namespace celtune {
 // The most blocks a fused ce row may be split among: the portable
 // thread-block cluster size.
 inline constexpr int kCeMaxClusterBlocks = 8;
+// A fused ce call of at most this many rows runs in one launch: every block
+// counts all the targets itself, which costs nothing next to a launch at a few
+// hundred rows, and the last row to finish reduces the loss.
+inline constexpr int64_t kCeOneLaunchTokens = 512;
 
 struct KernelConfig {
   // Elements of one online-softmax tile: the CE kernel folds block_size logits of a
@@ -47,7 +51,8 @@ struct KernelConfig {
   // much of it as fits; the rest is read again). ce family, and flce's one pass.
   // The ce family's fused path loads rows into shared memory with bulk copies
   // (sm_90); with v_chunk < V the row's segments are held by a thread-block
-  // cluster of ceil(V / v_chunk) ≤ kCeMaxClusterBlocks blocks.
+  // cluster of ceil(V / v_chunk) ≤ kCeMaxClusterBlocks blocks. In forward too,
+  // where a call of kCeOneLaunchTokens rows or fewer runs in one launch.
   bool fused = false;
   // flce: which GEMMs run it. cublaslt: cuBLASLt GEMMs and the CE kernels on the
   // tile (any architecture, any dtype). fused: Hopper (sm_90) CUTLASS kernels whose

@@ -206,6 +206,30 @@ TEST_CASE("fused ce with more segments than a cluster holds is refused, naming t
   CHECK(why.find("at most 8") != std::string::npos);
 }
 
+TEST_CASE("fused ce: one launch up to kCeOneLaunchTokens rows, count and loss kernels beyond, both modes") {
+  // At ≤ 512 rows the cluster kernel also counts the targets and its last row
+  // reduces the loss (a counter that must return to zero after every call: the
+  // case runs twice, and validate_case checks the two runs agree bit for bit);
+  // beyond, count_targets and reduce_loss run around it. Around the boundary,
+  // for a cluster of one and of four, with ignored targets under mean.
+  int runs = 0;
+  for (int64_t N : {int64_t{1}, int64_t{511}, int64_t{512}, int64_t{513}, int64_t{1500}})
+    for (int64_t V : {int64_t{32000}, int64_t{128256}})
+      for (Mode mode : {Mode::forward_backward, Mode::forward}) {
+        ValidationCase vc;
+        Problem& p = vc.problem;
+        p.family = Family::ce, p.tokens = N, p.hidden = 0, p.vocab = V, p.dtype = DType::bf16, p.mode = mode;
+        vc.config.block_size = 2048, vc.config.threads = 256, vc.config.fused = true;
+        vc.config.v_chunk = V == 128256 ? 32256 : 0;
+        vc.spec.seed = next_seed();
+        vc.spec.ignore_fraction = 0.25;
+        vc.name = "one-launch";
+        expect_pass(vc);
+        ++runs;
+      }
+  CHECK(runs == 20);
+}
+
 TEST_CASE("the GPU reference agrees with fp64 to fp32 accuracy for every option of the default matrix") {
   // validate trusts the GPU reference where fp64 cannot go; here it earns that
   // trust on every family, dtype and option set at the matrix's odd shapes.

@@ -285,8 +285,62 @@ TEST_CASE("the ce space splits rows into 2…64 segments, and fused rows into cl
   }
   c.v_chunk = 16128;  // 8 segments: a cluster of 8
   CHECK_NOTHROW(validate_config(p, c));
-  p.mode = Mode::forward;  // forward has nothing to hold on chip: fused is not offered
-  for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) CHECK_FALSE(cand.config.fused);
+  p.mode = Mode::forward;  // forward: fused is the one-launch path at a few rows
+  int fused_forward = 0;
+  for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) fused_forward += cand.config.fused;
+  CHECK(fused_forward > 0);
   p.vocab = 1500;  // too narrow for two segments of 1024 columns
   for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) CHECK(cand.config.v_chunk == 0);
+}
+
+TEST_CASE("the ce device default: rows held in shared memory segments of at most 64 KiB, one launch at few rows") {
+  Problem p;
+  p.family = Family::ce, p.hidden = 0, p.dtype = DType::bf16, p.mode = Mode::forward_backward;
+  auto yes = [](const KernelConfig&) { return true; };
+  auto no = [](const KernelConfig&) { return false; };
+  struct Pin {
+    int64_t V, N;
+    DType dt;
+    Mode mode;
+    int64_t v_chunk;  // -1: not fused (the portable default)
+  };
+  const Pin pins[] = {
+      // forward+backward: the fewest segments of ≤ 64 KiB (a cluster of 1, 2, 4, 8)
+      {32000, 4096, DType::bf16, Mode::forward_backward, 0},
+      {50257, 4096, DType::bf16, Mode::forward_backward, 25344},
+      {128256, 4096, DType::bf16, Mode::forward_backward, 32256},
+      {128256, 32768, DType::fp16, Mode::forward_backward, 32256},
+      {256000, 4096, DType::bf16, Mode::forward_backward, 32000},
+      {32000, 4096, DType::fp32, Mode::forward_backward, 16128},
+      {256000, 4096, DType::fp32, Mode::forward_backward, -1},  // 125 KiB a block: read twice instead
+      // a few rows: split further (segments of ≥ 4096 columns) until ~256 blocks
+      {128256, 1, DType::bf16, Mode::forward_backward, 16128},
+      {32000, 64, DType::bf16, Mode::forward_backward, 8192},
+      {32000, 256, DType::bf16, Mode::forward_backward, 0},
+      // forward: fused only for the single launch, at ≤ kCeOneLaunchTokens rows
+      // and ≤ 12 MiB of logits
+      {128256, 1, DType::bf16, Mode::forward, 16128},
+      {256000, 8, DType::fp32, Mode::forward, 32000},
+      {256000, 24, DType::bf16, Mode::forward, 32000},
+      {256000, 25, DType::bf16, Mode::forward, -1},
+      {32000, 256, DType::bf16, Mode::forward, -1},
+      {1000, 513, DType::bf16, Mode::forward, -1},
+      {32000, 4096, DType::bf16, Mode::forward, -1},
+  };
+  for (const Pin& pin : pins) {
+    p.vocab = pin.V, p.tokens = pin.N, p.dtype = pin.dt, p.mode = pin.mode;
+    CAPTURE(p.key());
+    const KernelConfig c = device_default(p, yes);
+    CHECK(device_default(p, no) == default_config(p));
+    if (pin.v_chunk < 0) {
+      CHECK(c == default_config(p));
+      continue;
+    }
+    CHECK(c.fused);
+    CHECK(c.v_chunk == pin.v_chunk);
+    CHECK(c.block_size == 2048);
+    CHECK(c.threads == 256);
+    CHECK(c.v_chunk_for(p) * dtype_bytes(p.dtype) <= (pin.dt == DType::fp32 && pin.mode == Mode::forward ? 128 : 64) * 1024);
+    CHECK_NOTHROW(validate_config(p, c));
+  }
 }

@@ -218,8 +218,8 @@ for s in $steps; do
       # ce configs at few and many rows, for the ce default: the device default
       # (no --config), the portable two-pass default (rows read twice; split into
       # segments at few rows), and the fused cluster kernel (rows held in shared
-      # memory by a cluster of 1…8 blocks; one launch at ≤ 512 rows) at three
-      # thread shapes, both modes.
+      # memory by a cluster of 1…8 blocks; one launch at ≤ 512 rows) at two
+      # tile widths, both modes.
       #   CE_VOCABS, CE_TOKENS, CE_RUNS override the shapes and the timed runs.
       seg() { echo $(( (($1 + $2 - 1) / $2 + 255) / 256 * 256 )); }  # V split in $2, rounded up to 256
       for V in ${CE_VOCABS:-32000 50257 128256 256000}; do
@@ -231,7 +231,7 @@ for s in $steps; do
         for sp in 1 2 4 8; do
           [ $(( $(seg $V $sp) * 2 )) -gt 200000 ] && continue  # bf16 segment beyond shared memory
           [ $sp -gt 1 ] && [ $(seg $V $sp) -ge $V ] && continue
-          for c in 2048:256 4096:256 4096:512; do
+          for c in 2048:256 4096:256; do
             vc=$(seg $V $sp); [ $sp = 1 ] && vc=0
             cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:},\"v_chunk\":$vc,\"fused\":true}")
           done

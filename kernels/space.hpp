@@ -57,9 +57,10 @@ KernelConfig flce_fused_forward(const Problem& p);
 KernelConfig flce_fused_forward_backward(const Problem& p);
 
 // The ce family's fused path where it is the device default (sm_90: clusters and
-// bulk copies): forward+backward whenever a row fits kCeMaxClusterBlocks
-// segments of 64 KiB of shared memory, forward at kCeOneLaunchTokens rows or
-// fewer (one launch). nullopt elsewhere.
+// bulk copies): forward+backward where a row fits one or two segments of 64 KiB
+// of shared memory, or up to kCeMaxClusterBlocks of them at kCeOneLaunchTokens
+// rows or fewer; forward at kCeOneLaunchTokens rows or fewer (one launch).
+// nullopt elsewhere.
 std::optional<KernelConfig> ce_fused_default(const Problem& p);
 
 // The built-in default on a device: default_config(p), except where the fused

@@ -25,6 +25,12 @@ std::optional<KernelConfig> ce_fused_default(const Problem& p) {
   // Forward+backward holds the row: past kSegBytes a block an SM (fp32 at V =
   // 256000) is slower than reading the row twice. Forward only needs the launch.
   if (bwd && seg_of(splits) * bytes > kSegBytes) return std::nullopt;
+  // Past two blocks a row (V = 128256 and 256000 in bf16) the cluster's
+  // barriers cost more than the second read saves once the rows fill the GPU:
+  // the H200 ran 1.60-1.84x the floor fused against 1.35-1.63x in two passes at
+  // N = 4096 and 32768 (the H100 1.20-1.45x against 1.29-1.57x; docs/results.md).
+  // With one or two blocks a row, or at a few rows, fused led on both.
+  if (bwd && splits > 2 && p.tokens > kCeOneLaunchTokens) return std::nullopt;
   while (splits < kCeMaxClusterBlocks && p.tokens * splits < kBlocks && seg_of(splits + 1) >= kMinSegment) ++splits;
   KernelConfig c = default_config(p);
   c.fused = true;

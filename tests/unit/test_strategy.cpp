@@ -293,7 +293,7 @@ TEST_CASE("the ce space splits rows into 2…64 segments, and fused rows into cl
   for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) CHECK(cand.config.v_chunk == 0);
 }
 
-TEST_CASE("the ce device default: rows held in shared memory segments of at most 64 KiB, one launch at few rows") {
+TEST_CASE("the ce device default: rows held in one or two shared-memory segments of at most 64 KiB, one launch at few rows") {
   Problem p;
   p.family = Family::ce, p.hidden = 0, p.dtype = DType::bf16, p.mode = Mode::forward_backward;
   auto yes = [](const KernelConfig&) { return true; };
@@ -308,9 +308,12 @@ TEST_CASE("the ce device default: rows held in shared memory segments of at most
       // forward+backward: the fewest segments of ≤ 64 KiB (a cluster of 1, 2, 4, 8)
       {32000, 4096, DType::bf16, Mode::forward_backward, 0},
       {50257, 4096, DType::bf16, Mode::forward_backward, 25344},
-      {128256, 4096, DType::bf16, Mode::forward_backward, 32256},
-      {128256, 32768, DType::fp16, Mode::forward_backward, 32256},
-      {256000, 4096, DType::bf16, Mode::forward_backward, 32000},
+      // more than two blocks a row: fused only at a few rows (the one launch)
+      {128256, 512, DType::bf16, Mode::forward_backward, 32256},
+      {128256, 513, DType::bf16, Mode::forward_backward, -1},
+      {128256, 32768, DType::fp16, Mode::forward_backward, -1},
+      {256000, 256, DType::bf16, Mode::forward_backward, 32000},
+      {256000, 4096, DType::bf16, Mode::forward_backward, -1},
       {32000, 4096, DType::fp32, Mode::forward_backward, 16128},
       {256000, 4096, DType::fp32, Mode::forward_backward, -1},  // 125 KiB a block: read twice instead
       // a few rows: split further (segments of ≥ 4096 columns) until ~256 blocks

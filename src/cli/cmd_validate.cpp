@@ -114,12 +114,9 @@ Action register_validate(CLI::App& app) {
         if (b.device.name != dev.name || b.device.arch != dev.arch) continue;
         // A stored config the shared rules refuse is damage (import never stores
         // one), not a kernel that failed validation: exit 3 naming the row.
-        try {
-          validate_config(b.problem, b.config);
-        } catch (const Error& e) {
+        if (const std::string rule = db::broken_rule(b.problem, b.config); !rule.empty())
           fail_env("database " + a->from_db + ": the best config stored for " + b.problem.key() + " is invalid (" +
-                   e.what() + "): the database is damaged");
-        }
+                   rule + "): the database is damaged");
         ValidationCase vc = reduced_case(b.problem, b.config, s++);
         vc.name = "db " + b.problem.key();
         cases.push_back(vc);

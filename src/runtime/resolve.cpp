@@ -10,6 +10,7 @@
 
 #include "celtune/celtune.h"
 #include "db/paths.hpp"
+#include "db/store.hpp"
 #include "kernels/space.hpp"
 #include "model/error.hpp"
 
@@ -101,11 +102,8 @@ std::vector<std::pair<std::string, bool>> Resolver::databases() {
 
 std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p) const {
   const KernelConfig& c = e.config;
-  try {
-    validate_config(p, c);
-  } catch (const Error& err) {
-    return "config " + celtune::to_string(c) + " does not fit " + p.key() + ": " + err.what();
-  }
+  if (const std::string rule = db::broken_rule(p, c); !rule.empty())
+    return "config " + celtune::to_string(c) + " does not fit " + p.key() + ": " + rule;
   if (checks_.supports)
     if (std::string why = checks_.supports(p, c); !why.empty())
       return "config " + celtune::to_string(c) + " is not supported here: " + why;

@@ -87,20 +87,22 @@ namespace {
 // blocks run; at one row, 16 segments of Llama's 128256 took 0.017 ms where one
 // block took 0.024.
 //
-// Whole rows of 16-bit logits up to kNarrowRow columns take blocks of 128
-// threads at the same 16 elements a thread (tiles of 2048): forward read 5–10%
-// faster at V = 32000 and 50257, N = 1024…32768, on both GPUs (H200 0.900–0.919x
-// the time of 256 threads, H100 0.938–0.984x; fifteenth session), and two passes
-// forward+backward, where they run, 0.94–0.99x. At V = 128256 and 256000 it was
-// 0.99–1.03x, and with split rows (N = 256) 1.05–1.2x: those keep 256 threads.
+// Whole rows of 16-bit logits up to kNarrowRow columns, from kNarrowTokens rows,
+// take blocks of 128 threads at the same 16 elements a thread (tiles of 2048):
+// forward read 5–10% faster at V = 32000 and 50257, N = 1024…32768, on both GPUs
+// (H200 0.901–0.959x the time of 256 threads, H100 0.947–0.989x; docs/results.md,
+// fifteenth session), and two passes forward+backward, where they run,
+// 0.94–0.99x. At V = 128256 and 256000 it was 0.99–1.03x, and at N = 256 (256
+// blocks of 128 threads do not fill the GPU) 1.10–1.13x: those keep 256 threads.
 KernelConfig ce_default(const Problem& p, KernelConfig c) {
-  constexpr int64_t kBlocks = 256, kMinSegment = 4096, kNarrowRow = 65536;
+  constexpr int64_t kBlocks = 256, kMinSegment = 4096, kNarrowRow = 65536, kNarrowTokens = 1024;
   c.block_size = 4096;
   c.threads = 256;
   int64_t splits = 1;
   while (p.tokens * splits < kBlocks && p.vocab / (splits * 2) >= kMinSegment) splits *= 2;
   if (splits > 1) c.v_chunk = ((p.vocab + splits - 1) / splits + 255) / 256 * 256;
-  if (splits == 1 && p.dtype != DType::fp32 && p.vocab <= kNarrowRow) c.block_size = 2048, c.threads = 128;
+  if (p.tokens >= kNarrowTokens && p.dtype != DType::fp32 && p.vocab <= kNarrowRow)
+    c.block_size = 2048, c.threads = 128;
   if (c.block_size > c.v_chunk_for(p)) c.block_size = 1024;  // a vocabulary under the tile
   return c;
 }

@@ -295,11 +295,11 @@ TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
   p.vocab = 32000, p.tokens = 1;  // 4 segments of 8000 columns
   CHECK(default_config(p).v_chunk == 8192);
   CHECK(default_config(p).threads == 256);
-  p.vocab = 3000;  // too narrow to split: a whole narrow row
+  p.vocab = 3000;  // too narrow to split, and narrower than a 4096 tile
   CHECK(default_config(p).v_chunk == 0);
-  CHECK(default_config(p).block_size == 2048);
+  CHECK(default_config(p).block_size == 1024);
   CHECK_NOTHROW(validate_config(p, default_config(p)));
-  // Whole 16-bit rows of at most 65536 columns: 128 threads, 16 elements each.
+  // From 1024 rows, 16-bit rows of at most 65536 columns: 128 threads, 16 elements each.
   struct Narrow {
     int64_t V, N;
     DType dt;
@@ -308,7 +308,8 @@ TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
   for (const Narrow& n : {Narrow{32000, 4096, DType::bf16, 2048, 128}, Narrow{50257, 1024, DType::fp16, 2048, 128},
                           Narrow{65536, 32768, DType::bf16, 2048, 128}, Narrow{65537, 4096, DType::bf16, 4096, 256},
                           Narrow{128256, 4096, DType::bf16, 4096, 256}, Narrow{32000, 4096, DType::fp32, 4096, 256},
-                          Narrow{32000, 128, DType::bf16, 4096, 256}, Narrow{1500, 4096, DType::bf16, 1024, 128}}) {
+                          Narrow{32000, 128, DType::bf16, 4096, 256}, Narrow{32000, 1023, DType::bf16, 4096, 256},
+                          Narrow{1500, 4096, DType::bf16, 1024, 128}}) {
     p.vocab = n.V, p.tokens = n.N, p.dtype = n.dt;
     CAPTURE(p.key());
     const KernelConfig c = default_config(p);

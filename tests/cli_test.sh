@@ -491,6 +491,13 @@ if [ -w /dev/full ]; then
     [ "$before" = "$("$celtune" db --db "$tmp/full-$verb.sqlite" export | md5sum)" ] && passes=$((passes + 1)) \
       || { fails=$((fails + 1)); echo "FAIL: a $verb that exited 3 changed its database"; }
   done
+  # report likewise: no plot written, none of an earlier report removed.
+  mkdir -p "$tmp/full-rep" && echo '<svg/>' >"$tmp/full-rep/vchunk-99.svg"
+  expect 3 "report > /dev/full" -- bash -c '"$0" report --db "$1" -o "$2" >/dev/full' "$celtune" "$tmp/t.sqlite" \
+    "$tmp/full-rep"
+  contains err "error writing standard output" "report names the write error"
+  [ "$(ls "$tmp/full-rep")" = "vchunk-99.svg" ] && passes=$((passes + 1)) \
+    || { fails=$((fails + 1)); echo "FAIL: a report that exited 3 changed its folder"; ls "$tmp/full-rep"; }
   "$celtune" db --db "$tmp/full-import.sqlite" import "$tmp/faster.jsonl" >/dev/null
   [ "$before" != "$("$celtune" db --db "$tmp/full-import.sqlite" export | md5sum)" ] && passes=$((passes + 1)) \
     || { fails=$((fails + 1)); echo "FAIL: the /dev/full import tests do not change the database when they succeed"; }

@@ -9,6 +9,9 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.hpp"
 #include "db/store.hpp"
@@ -28,10 +31,6 @@ std::string short_key(const Problem& p) {
          " V" + std::to_string(p.vocab) + " " + std::string(to_string(p.dtype)) + " " + std::string(to_string(p.mode));
 }
 
-void write(const std::filesystem::path& f, const std::string& text) {
-  write_file_atomic(f.string(), [&](std::ostream& o) { o << text; });
-  std::cout << "wrote " << f.string() << '\n';
-}
 
 }  // namespace
 
@@ -80,6 +79,8 @@ Action register_report(CLI::App& app) {
       std::cerr << "celtune: warning: database " << path << ": " << broken_points
                 << " measurements hold a config that breaks a rule, left out of the v_chunk plots (the first: "
                 << first_broken << ")\n";
+    // Every plot is drawn before anything is written (see the summary below).
+    std::vector<std::pair<std::filesystem::path, std::string>> plots;
     int n = 0;
     for (const auto& [key, by_block] : grid) {
       std::set<int64_t> vcs;
@@ -94,7 +95,7 @@ Action register_report(CLI::App& app) {
         for (int64_t v : vcs) sr.y.push_back(by_vc.count(v) ? by_vc.at(v) : NAN);
         series.push_back(sr);
       }
-      write(std::filesystem::path(a->out) / ("vchunk-" + std::to_string(++n) + ".svg"),
+      plots.emplace_back(std::filesystem::path(a->out) / ("vchunk-" + std::to_string(++n) + ".svg"),
             line_chart(short_key(p) + " — " + key.first, "v_chunk (vocabulary columns per chunk)",
                        "median time, ms (fastest config per point)", xs, series));
     }
@@ -108,7 +109,7 @@ Action register_report(CLI::App& app) {
       speedups.push_back(b.speedup);
     }
     if (!speedups.empty())
-      write(std::filesystem::path(a->out) / "speedup.svg",
+      plots.emplace_back(std::filesystem::path(a->out) / "speedup.svg",
             bar_chart("Tuned over built-in default", "speedup (default time / tuned time)", labels, speedups, 1.0));
     // The folder shows this database only: plots of an earlier report that this
     // one did not rewrite (more problems then, or a speedup chart) would pass
@@ -127,11 +128,18 @@ Action register_report(CLI::App& app) {
         }
         if (stale_vchunk || (name == "speedup.svg" && speedups.empty())) stale.push_back(e.path());
       }
-    for (const auto& f : stale)
-      if (std::filesystem::remove(f, ec)) std::cout << "removed " << f.string() << " (an earlier report's)\n";
     if (grid.empty() && speedups.empty())
       fail_env("database " + path + " holds no measurements to plot" +
                (a->problem.empty() && a->device.empty() ? "" : " for the --problem/--device given"));
+    // The summary first, flushed: a report whose summary cannot be written
+    // (a full disk, `> /dev/full`) exits 3 having changed nothing in the folder.
+    for (const auto& [f, text] : plots) std::cout << "wrote " << f.string() << '\n';
+    for (const auto& f : stale) std::cout << "removed " << f.string() << " (an earlier report's)\n";
+    flush_stdout();
+    for (const auto& [f, text] : plots) write_file_atomic(f.string(), [&](std::ostream& o) { o << text; });
+    for (const auto& f : stale)
+      if (!std::filesystem::remove(f, ec) && ec)
+        fail_env("cannot remove " + f.string() + " (an earlier report's plot): " + ec.message());
     return 0;
   };
 }

@@ -31,7 +31,6 @@ std::string short_key(const Problem& p) {
          " V" + std::to_string(p.vocab) + " " + std::string(to_string(p.dtype)) + " " + std::string(to_string(p.mode));
 }
 
-
 }  // namespace
 
 Action register_report(CLI::App& app) {

@@ -108,6 +108,10 @@ std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p)
     if (std::string why = checks_.supports(p, c); !why.empty())
       return "config " + celtune::to_string(c) + " is not supported here: " + why;
   if (t != db::Tier::exact && checks_.scratch_bytes) {
+    // A borrowed config (nearest and same-arch tiers) must fit the larger of
+    // kDefaultScratchBudget and the scratch it took where it was tuned, since the
+    // tuner stored it within the budget it was given. N=64's one-row-chunk config
+    // at N=10^6 would need GBs.
     const size_t need = checks_.scratch_bytes(p, c);
     const size_t budget = std::max(kDefaultScratchBudget, checks_.scratch_bytes(e.problem, c));
     if (need > budget)

@@ -57,11 +57,6 @@ struct DeviceChecks {
 };
 DeviceChecks backend_checks(std::shared_ptr<const Backend> backend);
 
-// The scratch budget a borrowed config must fit (nearest and same-arch tiers):
-// the larger of kDefaultScratchBudget (model/config.hpp) and the scratch it took
-// where it was tuned, since the tuner stored it within the budget it was given.
-// N=64's one-row-chunk config at N=10^6 would need GBs.
-
 class Resolver {
  public:
   // A stored config the device refuses, or a borrowed one whose scratch grows

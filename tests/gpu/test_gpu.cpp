@@ -36,6 +36,18 @@ uint64_t next_seed() {
   return ++s;
 }
 
+// A ce case of `tokens` rows of `vocab` logits at tiles of 2048 with 256 threads
+// (the fused ce default's), with the next seed; callers set the rest.
+ValidationCase ce_case(int64_t tokens, int64_t vocab, DType dt, Mode mode, const char* name) {
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::ce, p.tokens = tokens, p.hidden = 0, p.vocab = vocab, p.dtype = dt, p.mode = mode;
+  vc.config.block_size = 2048, vc.config.threads = 256;
+  vc.spec.seed = next_seed();
+  vc.name = name;
+  return vc;
+}
+
 CaseResult expect_pass(const ValidationCase& vc) {
   const CaseResult r = validate_case(*gpu(), vc);
   CAPTURE(vc.name);
@@ -180,16 +192,11 @@ TEST_CASE("ce rows split across blocks and shared by clusters: few rows, wide an
       for (int splits : {2, 5, 8, 24})
         for (bool fused : {false, true}) {
           if (fused && splits > kCeMaxClusterBlocks) continue;
-          ValidationCase vc;
-          Problem& p = vc.problem;
-          p.family = Family::ce, p.tokens = 3, p.hidden = 0, p.vocab = V, p.dtype = dt;
-          p.loss.label_smoothing = 0.1, p.loss.softcap = splits == 5 ? 30.0 : 0.0;
-          vc.config.block_size = 2048, vc.config.threads = 256;
+          ValidationCase vc = ce_case(3, V, dt, Mode::forward_backward, "split-rows");
+          vc.problem.loss.label_smoothing = 0.1, vc.problem.loss.softcap = splits == 5 ? 30.0 : 0.0;
           vc.config.v_chunk = (V + splits - 1) / splits;
           vc.config.fused = fused;
-          vc.spec.seed = next_seed();
           vc.spec.ignore_fraction = 0.0;
-          vc.name = "split-rows";
           expect_pass(vc);
           ++runs;
         }
@@ -216,14 +223,10 @@ TEST_CASE("fused ce: one launch up to kCeOneLaunchTokens rows, count and loss ke
   for (int64_t N : {int64_t{1}, int64_t{511}, int64_t{512}, int64_t{513}, int64_t{1500}})
     for (int64_t V : {int64_t{32000}, int64_t{128256}})
       for (Mode mode : {Mode::forward_backward, Mode::forward}) {
-        ValidationCase vc;
-        Problem& p = vc.problem;
-        p.family = Family::ce, p.tokens = N, p.hidden = 0, p.vocab = V, p.dtype = DType::bf16, p.mode = mode;
-        vc.config.block_size = 2048, vc.config.threads = 256, vc.config.fused = true;
+        ValidationCase vc = ce_case(N, V, DType::bf16, mode, "one-launch");
+        vc.config.fused = true;
         vc.config.v_chunk = V == 128256 ? 32256 : 0;
-        vc.spec.seed = next_seed();
         vc.spec.ignore_fraction = 0.25;
-        vc.name = "one-launch";
         expect_pass(vc);
         ++runs;
       }

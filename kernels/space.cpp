@@ -14,8 +14,9 @@ SearchSpace space_for(const Problem& p) { return p.family == Family::ce ? ce_spa
 
 KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs) {
   if (p.family == Family::ce && runs) {
-    const std::optional<KernelConfig> f = ce_fused_default(p);
-    if (f && runs(*f)) return *f;
+    // The spread path where the GPU holds its grid, else the cluster path.
+    for (const std::optional<KernelConfig>& f : {ce_spread_default(p), ce_fused_default(p)})
+      if (f && runs(*f)) return *f;
   }
   if (p.family == Family::flce && p.dtype != DType::fp32 && runs) {
     // Forward+backward: from the shipped databases of kernel hash

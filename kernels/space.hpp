@@ -63,6 +63,12 @@ KernelConfig flce_fused_forward_backward(const Problem& p);
 // nullopt elsewhere.
 std::optional<KernelConfig> ce_fused_default(const Problem& p);
 
+// The ce family's fused path with each row spread over more blocks than a
+// cluster holds (tiles of 2048 or 4096 columns, one a block) where a call has a
+// few rows: device_default tries it before ce_fused_default, and takes it where
+// the device's check() accepts it (the grid resident at once). nullopt elsewhere.
+std::optional<KernelConfig> ce_spread_default(const Problem& p);
+
 // The built-in default on a device: default_config(p), except where the fused
 // path measured faster and the device runs it (`runs`), in 16-bit: forward flce
 // takes flce_fused_forward (Llama-3-8B N=4096 on the H100: 1.02× one GEMM

@@ -434,6 +434,19 @@ std::vector<ValidationCase> default_matrix(uint64_t seed, bool gpu_cases) {
       vc.name += "/cluster";
       out.push_back(vc);
     }
+    // ce rows spread over the GPU: the same cases with segments of one tile of
+    // 64 columns (16 a row, more than a cluster holds), each block holding its
+    // segment in registers, the row's blocks meeting through global memory.
+    for (size_t i = 0; i < plain; ++i) {
+      const ValidationCase& base = out[i];
+      if (base.problem.family != Family::ce || base.config.v_chunk == 0) continue;
+      ValidationCase vc = base;
+      vc.config.fused = true;
+      vc.config.block_size = 64, vc.config.threads = 32, vc.config.v_chunk = 64;
+      vc.spec.seed = s++;
+      vc.name += "/spread";
+      out.push_back(vc);
+    }
     // 64-bit indexing: one row chunk of all N rows and one vocabulary chunk, so
     // the kernel's single logits tile holds N·V = 16411·131072 ≈ 2^31 + 3.6e6
     // elements (4.3 GB in bf16). H = 64 keeps the inputs small; the GPU reference

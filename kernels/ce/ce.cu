@@ -730,6 +730,24 @@ __device__ __forceinline__ float block_loss(const float* token_loss, int64_t tok
   return n ? total / static_cast<float>(n) : 0.0f;
 }
 
+// The end of a call in one launch, run by the whole block that wrote a row's
+// token loss (n valid targets, in thread 0): the threadfence reduction. The
+// token loss is visible before the row counts; the last row to count sums the
+// token losses in a fixed order and returns the counter to zero.
+__device__ __forceinline__ void finish_call(const TileView& v, const LossParams& p, const float* token_loss, int64_t n,
+                                            const OneLaunch& one) {
+  __shared__ bool s_last;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    s_last = atomicAdd(one.done, 1u) == static_cast<unsigned>(v.rows) - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const float loss = block_loss(token_loss + v.r0, v.rows, p.reduction, n);
+  if (threadIdx.x == 0) *one.loss = loss, *one.done = 0;
+}
+
 // Folds [lo, hi) of a row from device memory, ELEMS a thread, scalar loads: the
 // few elements the bulk copies cannot move (before the first 16-byte boundary,
 // after the last whole 16 bytes, beyond shared memory). Short and simple, so the
@@ -784,7 +802,6 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
   __shared__ float4 s_part;
   __shared__ float s_L, s_c;
   __shared__ int64_t s_n;
-  __shared__ bool s_last;
   cg::cluster_group cluster = cg::this_cluster();
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, y = target_of(p, gr), v0 = v.v0 + g.c0;
@@ -878,18 +895,123 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
       }
     }
   }
-  if (!one.on || !first) return;
-  // The threadfence reduction: this row's token loss is visible before it counts.
+  if (one.on && first) finish_call(v, p, token_loss, s_n, one);
+#endif
+}
+
+// ---- a few rows spread over the whole GPU ----
+// The call's serial chain at a few rows is what costs (docs/results.md: one
+// launch of the cluster kernel at one row of V = 128256 took 12–17 µs, eight
+// blocks each copying, folding and writing 32 KiB). Here a row is split among as
+// many blocks as it has tiles: each block holds one segment in registers (one
+// tile a thread, seg ≤ block_size), so a block's chain is one load, one exchange
+// and one store, and a row of V = 128256 runs on 63 SMs instead of 8.
+//
+// The exchange goes through global memory: each block publishes its partial and
+// counts itself in at its row's counter (release). Forward: the last block to
+// arrive merges the row. Forward+backward: every block waits until its row's
+// count is full (acquire), so all blocks of a row must be resident at once: the
+// launch is cooperative and check() refuses a grid the GPU cannot hold. Each
+// block then merges the row's partials in the same fixed order (a warp, lanes
+// over partials k, k+32, …, then a butterfly: merge and + are commutative, so
+// every lane and every block gets the same bits), and writes its dZ. The
+// counters (Context::ce_counters) are zero between calls: the last block to
+// leave a row returns its counter to zero.
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned x) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(x) : "memory");
+  return old;
+}
+
+template <typename T, int ELEMS>
+__global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
+                                                      float* lse, float* token_loss, bool grad, OneLaunch one) {
+  __shared__ float s_L, s_c;
+  __shared__ bool s_go, s_owner;
+  const Segment g(v, seg, splits);
+  const int64_t gr = v.r0 + g.r, y = target_of(p, gr), v0 = v.v0 + g.c0;
+  const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
+  const int64_t mine = int64_t{threadIdx.x} * ELEMS;
+  constexpr uintptr_t kB = Access<T, ELEMS>::kBytes;
+  // The raw logits stay in x for the gradient; the fold works on a copy.
+  float x[ELEMS];
+  if (mine + ELEMS <= g.cols && reinterpret_cast<uintptr_t>(row + mine) % kB == 0) {
+    Raw<T, ELEMS> r;
+    r.load(row + mine);
+    r.to_float(x);
+  } else {
+    load_masked<T, ELEMS>(row, mine, g.cols, x);
+  }
+  const float zt = threadIdx.x == 0 ? target_logit(p, row, v0, g.cols, y) : 0.0f;
+  int64_t n = 0, bad = -1;  // while the loads fly
+  block_count_targets(p, one.tokens, n, bad);
+  if (threadIdx.x == 0 && blockIdx.x == 0) *one.n_valid = n, *one.bad = bad;
+  ThreadStats t;
+  {
+    float z[ELEMS];
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k) z[k] = x[k];
+    fold_tile<T, ELEMS>(p, v0 + mine, g.cols - mine, z, t.m, t.d, t.zs);
+  }
+  const Partial s = block_partial(t);
+  unsigned* const count = one.rows + g.r;
   if (threadIdx.x == 0) {
-    __threadfence();
-    s_last = atomicAdd(one.done, 1u) == static_cast<unsigned>(v.rows) - 1;
+    parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
+    const unsigned before = add_acq_rel(count, 1u);
+    if (grad) {
+      while (load_acquire(count) < static_cast<unsigned>(splits)) __nanosleep(32);
+      // Leaving: the last block out returns the counter to zero (every block has
+      // seen it full by then, so no one still waits on it).
+      if (add_acq_rel(count, 1u) == 2u * static_cast<unsigned>(splits) - 1u) *count = 0;
+      s_go = true, s_owner = g.c0 == 0;
+    } else {
+      s_go = s_owner = before == static_cast<unsigned>(splits) - 1u;
+      if (s_go) *count = 0;  // the others have left
+    }
   }
   __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  const float loss = block_loss(token_loss + v.r0, v.rows, p.reduction, s_n);
-  if (threadIdx.x == 0) *one.loss = loss, *one.done = 0;
-#endif
+  if (!s_go) return;
+  if (threadIdx.x < 32) {
+    float m = kNegInf, d = 0.0f, zs = 0.0f, zsum_t = 0.0f;
+    const float4* q = parts + g.r * splits;
+    for (int k = threadIdx.x; k < splits; k += 32) {
+      const float4 e = __ldcg(q + k);
+      merge(m, d, e.x, e.y);
+      zs += e.z, zsum_t += e.w;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, m, off), od = __shfl_xor_sync(0xffffffffu, d, off);
+      merge(m, d, om, od);
+      zs += __shfl_xor_sync(0xffffffffu, zs, off);
+      zsum_t += __shfl_xor_sync(0xffffffffu, zsum_t, off);
+    }
+    if (threadIdx.x == 0) {
+      const float L = m + logf(d);
+      if (s_owner) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zsum_t, y);
+      s_L = L;
+      s_c = grad ? token_scale(p, gr, y, n) : 0.0f;
+    }
+  }
+  __syncthreads();
+  if (grad) {
+    const GradOp<T, ELEMS> op(p, s_L, s_c, v0, y);
+    op(mine, x, g.cols - mine);
+    T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
+    if (mine + ELEMS <= g.cols && reinterpret_cast<uintptr_t>(orow + mine) % kB == 0) {
+      Raw<T, ELEMS> out;
+      out.from_float(x);
+      out.store(orow + mine);
+    } else {
+      store_masked<T, ELEMS>(orow, mine, g.cols, x);
+    }
+  }
+  if (s_owner) finish_call(v, p, token_loss, n, one);
 }
 
 // ---- dispatch table: (dtype, ELEMS) → kernel pointer, per kernel ----
@@ -897,6 +1019,7 @@ using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*
 using GradFn = void (*)(TileView, LossParams, const float*, int64_t, int);
 using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*);
 using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t, bool, OneLaunch);
+using SpreadFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, bool, OneLaunch);
 
 constexpr int kElems[] = {1, 2, 4, 8, 16, 32};
 constexpr int kNumElems = 6;
@@ -913,6 +1036,8 @@ struct Table {
   static constexpr ClusterFn cluster[kNumElems] = {cluster_kernel<T, 1>, cluster_kernel<T, 2>,
                                                    cluster_kernel<T, 4>, cluster_kernel<T, 8>,
                                                    cluster_kernel<T, 16>, cluster_kernel<T, 32>};
+  static constexpr SpreadFn spread[kNumElems] = {spread_kernel<T, 1>, spread_kernel<T, 2>,  spread_kernel<T, 4>,
+                                                 spread_kernel<T, 8>, spread_kernel<T, 16>, spread_kernel<T, 32>};
 };
 
 int elems_index(const CeLaunch& l) {
@@ -973,8 +1098,8 @@ struct BlockLimit {
   int threads = 0, regs = 0;
 };
 
-enum Kernel { kFold, kGrad, kPart, kCluster, kKernels };
-constexpr const char* kKernelNames[kKernels] = {"fold", "gradient", "split-row", "cluster"};
+enum Kernel { kFold, kGrad, kPart, kCluster, kSpread, kKernels };
+constexpr const char* kKernelNames[kKernels] = {"fold", "gradient", "split-row", "cluster", "spread"};
 
 BlockLimit block_limit(DType t, int i, Kernel k) {
   static const auto table = [] {
@@ -985,7 +1110,8 @@ BlockLimit block_limit(DType t, int i, Kernel k) {
         const void* fns[kKernels] = {reinterpret_cast<const void*>(CELTUNE_PICK(fold, types[d], e)),
                                      reinterpret_cast<const void*>(CELTUNE_PICK(grad, types[d], e)),
                                      reinterpret_cast<const void*>(CELTUNE_PICK(part, types[d], e)),
-                                     reinterpret_cast<const void*>(CELTUNE_PICK(cluster, types[d], e))};
+                                     reinterpret_cast<const void*>(CELTUNE_PICK(cluster, types[d], e)),
+                                     reinterpret_cast<const void*>(CELTUNE_PICK(spread, types[d], e))};
         for (int k = 0; k < kKernels; ++k) {
           cudaFuncAttributes a{};
           CELTUNE_CUDA(cudaFuncGetAttributes(&a, fns[k]));
@@ -1028,7 +1154,7 @@ std::string ce_launch_unsupported(const CeLaunch& l, DType t, CeKernels used) {
   if (l.threads < 32 || l.threads > 1024 || l.threads % 32) return "threads must be a multiple of 32 in [32, 1024]";
   const int i = elems_index(l);
   if (i < 0) return "block_size / threads must be 1, 2, 4, 8, 16 or 32 (the compiled table)";
-  const bool runs[kKernels] = {used.fold, used.grad, used.part, used.cluster};
+  const bool runs[kKernels] = {used.fold, used.grad, used.part, used.cluster, used.spread};
   for (int k = 0; k < kKernels; ++k) {
     if (!runs[k]) continue;
     const BlockLimit lim = block_limit(t, i, static_cast<Kernel>(k));
@@ -1102,6 +1228,62 @@ std::string ce_cluster_unsupported(const CeLaunch& l, DType t, int64_t seg, int 
     return "a cluster of " + std::to_string(splits) + " blocks of " + std::to_string(l.threads) + " threads and " +
            std::to_string(smem / 1024) + " KiB of shared memory each cannot be scheduled on this GPU";
   return {};
+}
+
+std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t seg, int64_t rows, int splits, bool grad) {
+  if (seg > l.block_size)
+    return "a row spread over more than " + std::to_string(kCeMaxClusterBlocks) +
+           " blocks holds one tile a thread: v_chunk " + std::to_string(seg) + " exceeds block_size " +
+           std::to_string(l.block_size);
+  if (rows > kCeOneLaunchTokens)
+    return "a row spread over more than " + std::to_string(kCeMaxClusterBlocks) + " blocks runs in one launch, " +
+           "at most " + std::to_string(kCeOneLaunchTokens) + " rows, not " + std::to_string(rows);
+  if (!grad) return {};
+  // Backward waits for every block of its row: the grid must be resident at once.
+  int dev = 0, sms = 0, coop = 0;
+  CELTUNE_CUDA(cudaGetDevice(&dev));
+  CELTUNE_CUDA(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  if (!coop) return "this GPU has no cooperative launch, which the spread ce backward needs";
+  CELTUNE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const SpreadFn fn = CELTUNE_PICK(spread, t, elems_index(l));
+  // Asked once per (device, kernel, threads): a small call's kernel takes less.
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int>, int> known;
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads);
+  int per_sm = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) per_sm = it->second;
+  }
+  if (per_sm < 0) {
+    CELTUNE_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, l.threads, 0));
+    std::lock_guard<std::mutex> lock(mu);
+    known[key] = per_sm;
+  }
+  const int64_t resident = int64_t{per_sm} * sms, blocks = rows * splits;
+  if (blocks > resident)
+    return std::to_string(rows) + " rows of " + std::to_string(splits) + " blocks (" + std::to_string(blocks) +
+           ") are more than this GPU holds at once (" + std::to_string(resident) +
+           "), which the spread ce backward needs: use a larger v_chunk and block_size";
+  return {};
+}
+
+void ce_spread(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
+               const CeLaunch& l, cudaStream_t st, bool grad, const OneLaunch& one) {
+  if (v.rows == 0) return;
+  const int splits = static_cast<int>((v.cols + seg - 1) / seg);
+  const SpreadFn fn = CELTUNE_PICK(spread, p.dtype, elems_index(l));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid_of(v.rows, splits));
+  cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
+  cfg.stream = st;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  cfg.attrs = &attr, cfg.numAttrs = grad ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, fn, v, p, seg, splits, reinterpret_cast<float4*>(parts), lse, token_loss, grad, one);
+  CELTUNE_LAUNCHED();
 }
 
 void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool first, bool last, bool grad, float* lse,

@@ -68,6 +68,7 @@ struct CeKernels {
   bool grad = false;     // ce_grad
   bool part = false;     // ce_split_stats: the ce family's statistics
   bool cluster = false;  // ce_cluster
+  bool spread = false;   // ce_spread
 };
 
 // Why (block_size, threads) cannot launch for dtype t, or "" when it can: it must be
@@ -102,7 +103,8 @@ void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* 
 // A ce call of a few rows in one launch (ce_cluster): besides its rows, the
 // kernel counts the targets into n_valid and bad (as count_targets) and reduces
 // the loss (as reduce_loss). `done` is a counter that is zero between calls
-// (Context::one_launch_counter); the kernel leaves it zero.
+// (Context::ce_counters); the kernel leaves it zero. `rows`: one counter per row,
+// zero between calls likewise (ce_spread's exchange).
 struct OneLaunch {
   bool on = false;
   int64_t tokens = 0;
@@ -110,6 +112,7 @@ struct OneLaunch {
   int64_t* bad = nullptr;
   float* loss = nullptr;
   unsigned* done = nullptr;
+  unsigned* rows = nullptr;
 };
 
 // Each row read from device memory once (fused; kCeOneLaunchTokens rows or fewer
@@ -121,6 +124,19 @@ struct OneLaunch {
 // target count and the loss.
 void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse, float* token_loss, const CeLaunch& l,
                 cudaStream_t st, bool grad, const OneLaunch& one);
+
+// Why ce_spread cannot run `rows` rows of `splits` segments of `seg` columns, or
+// "" when it can: a segment is one tile (seg ≤ block_size), the call one launch
+// (rows ≤ kCeOneLaunchTokens), and with `grad` the whole grid resident at once on
+// the current device (a cooperative launch).
+std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t seg, int64_t rows, int splits, bool grad);
+
+// A ce call of a few rows in one launch, each row split among ceil(cols / seg)
+// blocks (more than a cluster holds) that keep their segment in registers and
+// exchange partials through `parts` ([rows][splits] × 4 floats) and the row
+// counters of `one` (which must be on). Writes what ce_cluster writes.
+void ce_spread(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
+               const CeLaunch& l, cudaStream_t st, bool grad, const OneLaunch& one);
 
 // Counts valid targets into *n_valid and records the first target outside
 // [0, V) that is not ignore_index in *bad_index (−1 if none).

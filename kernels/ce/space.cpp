@@ -2,6 +2,8 @@
 // (v_chunk: the segment one block folds; 0 = the whole row), and the fused variant
 // (the row held on chip between the forward and gradient sweeps, by one block or
 // by a cluster of blocks; in forward, one launch at a few rows).
+#include <algorithm>
+
 #include "kernels/space.hpp"
 
 namespace celtune {
@@ -19,7 +21,7 @@ std::optional<KernelConfig> ce_fused_default(const Problem& p) {
   // blocks share an SM; a few rows split further so that ~kBlocks blocks run.
   constexpr int64_t kSegBytes = 64 * 1024, kBlocks = 256, kMinSegment = 4096;
   const int64_t bytes = dtype_bytes(p.dtype);
-  auto seg_of = [&](int64_t splits) { return ((p.vocab + splits - 1) / splits + 255) / 256 * 256; };
+  auto seg_of = [&](int64_t splits) { return ce_segment(p.vocab, splits); };
   int64_t splits = 1;
   while (splits < kCeMaxClusterBlocks && seg_of(splits) * bytes > kSegBytes) ++splits;
   // Forward+backward holds the row: past kSegBytes a block an SM (fp32 at V =
@@ -41,17 +43,44 @@ std::optional<KernelConfig> ce_fused_default(const Problem& p) {
   return c;
 }
 
+std::optional<KernelConfig> ce_spread_default(const Problem& p) {
+  // Measured on the H100 (docs/results.md, sixteenth session; V = 32000, 50257,
+  // 128256, 256000, both modes, against the cluster default): at 1 and 4 rows
+  // 10–14 µs where the cluster kernel took 11–20; at 16 rows segments of 2048
+  // (4096 where 2048 would make more than kSpreadBlocks blocks) were as fast or
+  // faster (forward 11–13 µs against 14–15); at 64 rows and beyond slower
+  // everywhere (forward 16–60 µs against 14–31), the GPU no longer waits on a
+  // few rows' chain. kSpreadBlocks keeps the grid within what a GPU of ~100 SMs
+  // holds at once at 57 registers a thread (4 blocks of 256 threads an SM).
+  constexpr int64_t kSpreadBlocks = 512, kSpreadTokens = 16;
+  if (p.tokens > kSpreadTokens) return std::nullopt;
+  for (const int64_t seg : {int64_t{2048}, int64_t{4096}}) {
+    const int64_t splits = (p.vocab + seg - 1) / seg;
+    if (splits <= kCeMaxClusterBlocks) return std::nullopt;  // a cluster holds it
+    if (p.tokens * splits > kSpreadBlocks) continue;
+    KernelConfig c = default_config(p);
+    c.fused = true;
+    c.block_size = static_cast<int>(seg);
+    c.threads = 256;
+    c.v_chunk = seg;
+    return c;
+  }
+  return std::nullopt;
+}
+
 namespace {
-// Segments that split V into 2, 4, … 64 blocks of at least 1024 columns, rounded
-// up to 256 columns so segment starts stay aligned for wide loads (V % 8 == 0).
+// Segments that split V into 2, 4, … 64 blocks of at least 1024 columns
+// (ce_segment), and tiles of 1024, 2048 and 4096 columns where they make more segments than a
+// cluster holds: a fused row spread over the GPU, one tile a block.
 std::vector<int64_t> segments(int64_t vocab) {
   std::vector<int64_t> out{0};
-  for (int64_t s = 2; s <= 64; s *= 2) {
-    const int64_t seg = (vocab + s - 1) / s;
-    const int64_t rounded = (seg + 255) / 256 * 256;
-    if (rounded < 1024 || rounded >= vocab) continue;
-    out.push_back(rounded);
-  }
+  auto add = [&](int64_t seg) {
+    if (seg < 1024 || seg >= vocab || std::find(out.begin(), out.end(), seg) != out.end()) return;
+    out.push_back(seg);
+  };
+  for (int64_t s = 2; s <= 64; s *= 2) add(ce_segment(vocab, s));
+  for (const int64_t seg : {1024, 2048, 4096})
+    if ((vocab + seg - 1) / seg > kCeMaxClusterBlocks) add(seg);
   return out;
 }
 }  // namespace
@@ -64,8 +93,8 @@ SearchSpace ce_space(const Problem& p) {
       {"v_chunk", segments(p.vocab), [](KernelConfig& c, int64_t v) { c.v_chunk = v; }},
       {"fused", {0, 1}, [](KernelConfig& c, int64_t v) { c.fused = v != 0; }},
   };
-  // A fused row split among more blocks than a cluster holds is refused by
-  // validate_config, which the backends' checks run.
+  // A fused row split among more blocks than a cluster holds must be one tile a
+  // block at a few rows: validate_config, which the backends' checks run, says so.
   s.constraint = [](const Problem&, const KernelConfig& c, std::string* why) {
     // The compiled table holds 1…32 elements per thread (kernels/ce/ce.cu).
     const int e = c.block_size / c.threads;

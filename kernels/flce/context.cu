@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda_check.hpp"
+#include "model/config.hpp"
 
 namespace celtune::cuda {
 
@@ -33,10 +34,11 @@ void* Context::scratch(size_t bytes) {
   return scratch_;
 }
 
-unsigned* Context::one_launch_counter() {
+unsigned* Context::ce_counters() {
   if (!counter_) {
-    CELTUNE_CUDA(cudaMalloc(&counter_, sizeof(unsigned)));
-    CELTUNE_CUDA(cudaMemset(counter_, 0, sizeof(unsigned)));
+    constexpr size_t kBytes = sizeof(unsigned) * (1 + kCeOneLaunchTokens);
+    CELTUNE_CUDA(cudaMalloc(&counter_, kBytes));
+    CELTUNE_CUDA(cudaMemset(counter_, 0, kBytes));
   }
   return counter_;
 }

@@ -60,10 +60,11 @@ class Context {
   bool poison_scratch() const { return poison_scratch_; }
   // Scratch of at least `bytes`, valid until the next call; contents undefined.
   void* scratch(size_t bytes);
-  // A device counter that is zero between calls, for kernels whose last block
-  // finishes the call (ce's one launch). Outside scratch: poisoning must not
-  // touch it, and it keeps its zero from one call to the next.
-  unsigned* one_launch_counter();
+  // Device counters that are zero between calls, for kernels whose last block
+  // finishes the call (ce's one launch: [0]) and whose blocks meet per row
+  // (ce_spread: [1 + row], kCeOneLaunchTokens rows). Outside scratch: poisoning
+  // must not touch them, and they keep their zero from one call to the next.
+  unsigned* ce_counters();
 
  private:
   struct Plan {

@@ -85,10 +85,11 @@ struct Layout {
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
   // ce: each row split into ce_splits segments of vc columns, one block each;
   // fused holds the row on chip in a cluster of ce_splits blocks (one block: a
-  // cluster of one), which needs no partials, and runs a call of a few rows in
-  // one launch (ce_one_launch).
+  // cluster of one), which needs no partials, or, split among more blocks than
+  // a cluster holds, spread over the GPU with partials in global memory
+  // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
   int ce_splits = 1;
-  bool ce_cluster = false, ce_one_launch = false;
+  bool ce_cluster = false, ce_spread = false, ce_one_launch = false;
   size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, ce_parts, ws, ws_bytes, total;
 
   Layout(const Problem& p, const KernelConfig& c) {
@@ -109,8 +110,9 @@ struct Layout {
     dw_cutlass = fused && dw_variant(c) >= 0;
     if (!flce) {
       ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
-      ce_cluster = c.fused;
-      ce_one_launch = ce_cluster && N > 0 && N <= kCeOneLaunchTokens;
+      ce_spread = c.fused && ce_splits > kCeMaxClusterBlocks;
+      ce_cluster = c.fused && !ce_spread;
+      ce_one_launch = c.fused && N > 0 && N <= kCeOneLaunchTokens;
     }
     if (fused) {
       const int v = logits_variant(c);
@@ -234,11 +236,13 @@ void check_supported(const Problem& p, const KernelConfig& c, int device) {
   if (p.family == Family::ce) {
     const Layout L(p, c);
     used.fold = false;
-    used.part = !L.ce_cluster;
+    used.part = !c.fused;
     used.grad = bwd && used.part;
     used.cluster = L.ce_cluster;
+    used.spread = L.ce_spread;
     std::string why = ce_launch_unsupported(launch, p.dtype, used);
     if (why.empty() && L.ce_cluster) why = ce_cluster_unsupported(launch, p.dtype, L.vc, L.ce_splits);
+    if (why.empty() && L.ce_spread) why = ce_spread_unsupported(launch, p.dtype, L.vc, L.N, L.ce_splits, bwd);
     if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
   } else {
     used.grad = bwd;
@@ -311,7 +315,8 @@ Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const 
   char* base = static_cast<char*>(ctx.scratch(L.total));
   int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
-  const OneLaunch one{L.ce_one_launch, L.N, n_valid, bad, a.loss, L.ce_one_launch ? ctx.one_launch_counter() : nullptr};
+  unsigned* const counters = L.ce_one_launch ? ctx.ce_counters() : nullptr;
+  const OneLaunch one{L.ce_one_launch, L.N, n_valid, bad, a.loss, counters, counters ? counters + 1 : nullptr};
   Prologue out{L, base, loss_params(p, a, n_valid), row_state(base, L), CeLaunch{c.block_size, c.threads, c.fused ? L.vc : 0}, one};
   if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
   // cuBLASLt's split-K reduction reads workspace that initcheck reports as never
@@ -442,7 +447,10 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
   const Layout& L = run.L;
   const LossParams& lp = run.lp;
   const TileView all{a.logits, L.V, 0, L.N, 0, L.V, a.dz, L.V};
-  if (L.ce_cluster) {
+  if (L.ce_spread) {
+    ce_spread(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st,
+              L.bwd, run.one);
+  } else if (L.ce_cluster) {
     ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st, L.bwd, run.one);
   } else {
     ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st);

@@ -52,11 +52,19 @@ void validate_config(const Problem& p, const KernelConfig& c) {
     fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
                std::to_string(c.v_chunk_for(p)));
   if (p.family == Family::ce && c.fused) {
+    // Past a cluster's blocks a row is spread over the GPU, a segment a block in
+    // registers (one tile a thread), the whole call in one launch.
     const int64_t seg = c.v_chunk_for(p), blocks = (p.vocab + seg - 1) / seg;
-    if (blocks > kCeMaxClusterBlocks)
-      fail_usage("fused ce splits each row among a cluster of at most " + std::to_string(kCeMaxClusterBlocks) +
-                 " blocks; v_chunk " + std::to_string(c.v_chunk) + " makes " + std::to_string(blocks) +
-                 " (use v_chunk ≥ " + std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + ")");
+    if (blocks > kCeMaxClusterBlocks && seg != c.block_size)
+      fail_usage("fused ce with a row split among more than " + std::to_string(kCeMaxClusterBlocks) +
+                 " blocks holds one tile a block: v_chunk " + std::to_string(c.v_chunk) + " must equal block_size " +
+                 std::to_string(c.block_size) + " (or use v_chunk ≥ " +
+                 std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + " for a cluster)");
+    if (blocks > kCeMaxClusterBlocks && p.tokens > kCeOneLaunchTokens)
+      fail_usage("fused ce with a row split among more than " + std::to_string(kCeMaxClusterBlocks) +
+                 " blocks runs in one launch: at most " + std::to_string(kCeOneLaunchTokens) + " tokens, not " +
+                 std::to_string(p.tokens) + " (use v_chunk ≥ " +
+                 std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + ")");
   }
   if (c.impl == KernelConfig::Impl::fused) {
     if (p.family != Family::flce) fail_usage("impl fused is a flce implementation");
@@ -100,7 +108,7 @@ KernelConfig ce_default(const Problem& p, KernelConfig c) {
   c.threads = 256;
   int64_t splits = 1;
   while (p.tokens * splits < kBlocks && p.vocab / (splits * 2) >= kMinSegment) splits *= 2;
-  if (splits > 1) c.v_chunk = ((p.vocab + splits - 1) / splits + 255) / 256 * 256;
+  if (splits > 1) c.v_chunk = ce_segment(p.vocab, splits);
   if (p.tokens >= kNarrowTokens && p.dtype != DType::fp32 && p.vocab <= kNarrowRow)
     c.block_size = 2048, c.threads = 128;
   if (c.block_size > c.v_chunk_for(p)) c.block_size = 1024;  // a vocabulary under the tile

@@ -99,6 +99,11 @@ struct KernelConfig {
 // compiled block-size table, shared memory) are checked by the backend.
 void validate_config(const Problem& p, const KernelConfig& c);
 
+// The ce family's segment when a row of `vocab` columns is split among `splits`
+// blocks: rounded up to 256 columns, so segment starts stay aligned for wide
+// loads (V % 8 == 0).
+inline int64_t ce_segment(int64_t vocab, int64_t splits) { return ((vocab + splits - 1) / splits + 255) / 256 * 256; }
+
 // The built-in default: a sensible config for any problem, not the smallest.
 // One pass when the full-vocabulary tile of a reasonable row chunk fits in
 // 256 MiB of scratch; otherwise vocabulary chunks that keep the GEMMs large.

@@ -203,14 +203,66 @@ TEST_CASE("ce rows split across blocks and shared by clusters: few rows, wide an
   CHECK(runs == 28);
 }
 
-TEST_CASE("fused ce with more segments than a cluster holds is refused, naming the limit") {
+TEST_CASE("fused ce with more segments than a cluster holds is refused unless a segment is one tile, naming why") {
   Problem p;
   p.family = Family::ce, p.tokens = 2, p.hidden = 0, p.vocab = 128256, p.dtype = DType::bf16;
   KernelConfig c;
-  c.block_size = 2048, c.threads = 256, c.fused = true, c.v_chunk = 8192;  // 16 segments
+  c.block_size = 2048, c.threads = 256, c.fused = true, c.v_chunk = 8192;  // 16 segments of 4 tiles
   std::string why;
   CHECK_FALSE(gpu()->supports(p, c, &why));
-  CHECK(why.find("at most 8") != std::string::npos);
+  CHECK(why.find("must equal block_size") != std::string::npos);
+  // A grid larger than the GPU holds at once: forward runs it, backward (whose
+  // blocks wait for their row) is refused. 512 rows × 126 segments of 1024.
+  p.tokens = 512;
+  c.block_size = 1024, c.threads = 128, c.v_chunk = 1024;
+  p.mode = Mode::forward;
+  CHECK(gpu()->supports(p, c, &why));
+  p.mode = Mode::forward_backward;
+  CHECK_FALSE(gpu()->supports(p, c, &why));
+  CHECK(why.find("more than this GPU holds at once") != std::string::npos);
+}
+
+TEST_CASE("fused ce spread over the GPU: a segment a block, a few rows, every option, both modes, odd widths") {
+  // More segments than a cluster holds: each block keeps one tile in registers
+  // and the row's blocks meet through global memory (counters that must return
+  // to zero: validate_case runs each case twice and compares the bits). V =
+  // 50257 starts rows and segments off the 16-byte grid; its last segment is
+  // partial. Options: label smoothing with ignored targets (mean), softcap with
+  // z-loss, none with int32 targets, and a confident target.
+  struct Opt {
+    const char* name;
+    void (*apply)(ValidationCase&);
+  };
+  const Opt opts[] = {
+      {"smooth+ignored", [](ValidationCase& vc) { vc.problem.loss.label_smoothing = 0.1, vc.spec.ignore_fraction = 0.3; }},
+      {"softcap+zloss", [](ValidationCase& vc) { vc.problem.loss.softcap = 30.0, vc.problem.loss.z_loss = 1e-4; }},
+      {"none+int32",
+       [](ValidationCase& vc) {
+         vc.problem.loss.reduction = Reduction::none, vc.problem.target_type = TargetType::i32;
+         vc.problem.loss.ignore_index = -1;
+       }},
+      {"sum", [](ValidationCase& vc) { vc.problem.loss.reduction = Reduction::sum; }},
+  };
+  int runs = 0;
+  for (int64_t N : {int64_t{1}, int64_t{3}, int64_t{12}})
+    for (int64_t V : {int64_t{128256}, int64_t{50257}})
+      for (DType dt : {DType::bf16, DType::fp16, DType::fp32})
+        for (Mode mode : {Mode::forward_backward, Mode::forward}) {
+          const Opt& o = opts[runs % 4];
+          ValidationCase vc = ce_case(N, V, dt, mode, o.name);
+          o.apply(vc);
+          vc.config.fused = true;
+          // Tiles of 2048 (8 elements a thread) and of 4096 (16), alternately;
+          // 12 rows at 4096 (384 blocks at V = 128256: a GPU of ≥ 96 SMs holds
+          // them at once).
+          vc.config.block_size = runs % 2 || N > 3 ? 4096 : 2048;
+          vc.config.v_chunk = vc.config.block_size;
+          std::string why;
+          REQUIRE_MESSAGE(gpu()->supports(vc.problem, vc.config, &why), why);
+          expect_pass(vc);
+          ++runs;
+        }
+  CHECK(runs == 36);
 }
 
 TEST_CASE("fused ce: one launch up to kCeOneLaunchTokens rows, count and loss kernels beyond, both modes") {

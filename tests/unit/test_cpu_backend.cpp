@@ -105,17 +105,29 @@ TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, ne
   CHECK(fp64_cost(llama) > kFp64Budget);
 
   // The GPU-only cases: every flce bf16/fp16 case again under impl fused, every
-  // chunked ce case again with its row held by a cluster, and the 64-bit case,
-  // one tile of N·V > 2^31 logits.
+  // chunked ce case again with its row held by a cluster and again spread over
+  // the GPU (segments of one tile), and the 64-bit case, one tile of N·V > 2^31
+  // logits.
   const auto with_gpu = default_matrix(11, true);
   const auto fused = std::count_if(with_gpu.begin(), with_gpu.end(),
                                    [](const ValidationCase& vc) { return vc.config.impl == KernelConfig::Impl::fused; });
   CHECK(fused == 2 * 13 * 2);  // dtypes × option sets × (one pass, chunked)
-  const auto cluster = std::count_if(with_gpu.begin(), with_gpu.end(), [](const ValidationCase& vc) {
-    return vc.problem.family == Family::ce && vc.config.fused && vc.config.v_chunk > 0;
+  auto segments = [](const ValidationCase& vc) {
+    const Problem& p = vc.problem;
+    return p.family == Family::ce && vc.config.fused && vc.config.v_chunk > 0
+               ? (p.vocab + vc.config.v_chunk - 1) / vc.config.v_chunk
+               : int64_t{0};
+  };
+  const auto cluster = std::count_if(with_gpu.begin(), with_gpu.end(), [&](const ValidationCase& vc) {
+    return segments(vc) > 0 && segments(vc) <= kCeMaxClusterBlocks;
+  });
+  const auto spread = std::count_if(with_gpu.begin(), with_gpu.end(), [&](const ValidationCase& vc) {
+    return segments(vc) > kCeMaxClusterBlocks && vc.config.v_chunk == vc.config.block_size;
   });
   CHECK(cluster == 3 * 13 - 1);  // dtypes × option sets, less fp32's confident case
-  REQUIRE(with_gpu.size() == small.size() + static_cast<size_t>(fused + cluster) + 1);
+  CHECK(spread == cluster);
+  for (const auto& vc : with_gpu) CHECK_NOTHROW(validate_config(vc.problem, vc.config));
+  REQUIRE(with_gpu.size() == small.size() + static_cast<size_t>(fused + cluster + spread) + 1);
   CHECK_THROWS_AS(backend->check(with_gpu[small.size()].problem, with_gpu[small.size()].config), Error);
   const ValidationCase& big = with_gpu.back();
   CHECK(big.problem.tokens * big.problem.vocab > int64_t{INT32_MAX});

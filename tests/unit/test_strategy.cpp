@@ -257,34 +257,50 @@ TEST_CASE("guided search measures the seeds right after its start") {
   CHECK(order.size() <= 10);
 }
 
-TEST_CASE("the ce space splits rows into 2…64 segments, and fused rows into clusters of at most 8") {
+TEST_CASE("the ce space splits rows into 2…64 segments and tiles; fused rows into clusters of ≤ 8 or one tile a block") {
   Problem p;
   p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 128256, p.dtype = DType::bf16;
   std::set<int64_t> chunks;
-  int fused_split = 0;
+  int fused_split = 0, spread = 0;
   for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) {
     const KernelConfig& c = cand.config;
     chunks.insert(c.v_chunk);
     CHECK(c.block_size <= c.v_chunk_for(p));  // a tile never straddles two segments
     if (c.fused && c.v_chunk != 0) {
       ++fused_split;
-      CHECK((p.vocab + c.v_chunk - 1) / c.v_chunk <= kCeMaxClusterBlocks);
+      if ((p.vocab + c.v_chunk - 1) / c.v_chunk > kCeMaxClusterBlocks) {
+        ++spread;
+        CHECK(c.v_chunk == c.block_size);  // spread over the GPU: one tile a block
+      }
     }
   }
-  // Whole rows, then V/2 … V/64 rounded up to 256 columns (64 segments of 2048).
-  CHECK(chunks == std::set<int64_t>{0, 2048, 4096, 8192, 16128, 32256, 64256});
-  CHECK(fused_split > 0);
-  // validate_config names the cluster limit for a fused row in 16 segments.
+  // Whole rows, then V/2 … V/64 rounded up to 256 columns (64 segments of
+  // 2048), and tiles of 1024, 2048 and 4096 columns.
+  CHECK(chunks == std::set<int64_t>{0, 1024, 2048, 4096, 8192, 16128, 32256, 64256});
+  CHECK(fused_split > spread);
+  CHECK(spread > 0);
+  // validate_config: a fused row in 16 segments of four tiles each is neither
+  // a cluster nor spread one tile a block; spread rows run in one launch.
   KernelConfig c;
   c.block_size = 2048, c.threads = 256, c.fused = true, c.v_chunk = 8192;
   try {
     validate_config(p, c);
-    FAIL("16 segments accepted for a fused ce row");
+    FAIL("16 segments of four tiles accepted for a fused ce row");
   } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("at most 8") != std::string::npos);
+    CHECK(std::string(e.what()).find("must equal block_size") != std::string::npos);
   }
   c.v_chunk = 16128;  // 8 segments: a cluster of 8
   CHECK_NOTHROW(validate_config(p, c));
+  c.v_chunk = 2048;  // 63 segments of one tile
+  CHECK_NOTHROW(validate_config(p, c));
+  p.tokens = kCeOneLaunchTokens + 1;
+  try {
+    validate_config(p, c);
+    FAIL("a spread row accepted beyond the one launch");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("one launch") != std::string::npos);
+  }
+  p.tokens = 4;
   p.mode = Mode::forward;  // forward: fused is the one-launch path at a few rows
   int fused_forward = 0;
   for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) fused_forward += cand.config.fused;
@@ -316,14 +332,21 @@ TEST_CASE("the ce device default: rows held in one or two shared-memory segments
       {256000, 4096, DType::bf16, Mode::forward_backward, -1},
       {32000, 4096, DType::fp32, Mode::forward_backward, 16128},
       {256000, 4096, DType::fp32, Mode::forward_backward, -1},  // 125 KiB a block: read twice instead
-      // a few rows: split further (segments of ≥ 4096 columns) until ~256 blocks
-      {128256, 1, DType::bf16, Mode::forward_backward, 16128},
+      // up to 16 rows: spread over the GPU, one tile of 2048 a block, or of
+      // 4096 where 2048 would make more than 512 blocks; beyond, the cluster
+      {128256, 1, DType::bf16, Mode::forward_backward, 2048},
+      {50257, 16, DType::bf16, Mode::forward_backward, 2048},
+      {128256, 16, DType::bf16, Mode::forward_backward, 4096},
+      {256000, 16, DType::bf16, Mode::forward_backward, 32000},
+      // a few rows more: split further (segments of ≥ 4096 columns) until ~256 blocks
+      {32000, 17, DType::bf16, Mode::forward_backward, 4096},
       {32000, 64, DType::bf16, Mode::forward_backward, 8192},
       {32000, 256, DType::bf16, Mode::forward_backward, 0},
       // forward: fused only for the single launch, at ≤ kCeOneLaunchTokens rows
       // and ≤ 12 MiB of logits
-      {128256, 1, DType::bf16, Mode::forward, 16128},
-      {256000, 8, DType::fp32, Mode::forward, 32000},
+      {128256, 1, DType::bf16, Mode::forward, 2048},
+      {256000, 8, DType::fp32, Mode::forward, 4096},
+      {256000, 9, DType::fp32, Mode::forward, 32000},  // 567 blocks of 4096: the cluster
       {256000, 24, DType::bf16, Mode::forward, 32000},
       {256000, 25, DType::bf16, Mode::forward, -1},
       {32000, 256, DType::bf16, Mode::forward, -1},
@@ -341,9 +364,17 @@ TEST_CASE("the ce device default: rows held in one or two shared-memory segments
     }
     CHECK(c.fused);
     CHECK(c.v_chunk == pin.v_chunk);
-    CHECK(c.block_size == 2048);
+    const bool spread = pin.v_chunk > 0 && (pin.V + pin.v_chunk - 1) / pin.v_chunk > kCeMaxClusterBlocks;
+    CHECK(c.block_size == (spread ? pin.v_chunk : 2048));
     CHECK(c.threads == 256);
     CHECK(c.v_chunk_for(p) * dtype_bytes(p.dtype) <= (pin.dt == DType::fp32 && pin.mode == Mode::forward ? 128 : 64) * 1024);
     CHECK_NOTHROW(validate_config(p, c));
   }
+  // A device that cannot hold the spread grid at once gets the cluster instead.
+  p.vocab = 128256, p.tokens = 1, p.dtype = DType::bf16, p.mode = Mode::forward_backward;
+  const KernelConfig c = device_default(p, [&](const KernelConfig& k) {
+    return (p.vocab + k.v_chunk_for(p) - 1) / k.v_chunk_for(p) <= kCeMaxClusterBlocks;
+  });
+  CHECK(c.fused);
+  CHECK(c.v_chunk == 16128);
 }

@@ -219,7 +219,9 @@ for s in $steps; do
       # (no --config), the portable two-pass default (rows read twice; split into
       # segments at few rows), and the fused cluster kernel (rows held in shared
       # memory by a cluster of 1…8 blocks; one launch at ≤ 512 rows) at two
-      # tile widths, both modes.
+      # tile widths, and the spread kernel (one tile of 2048 or 4096 a block, more
+      # than 8 a row; bench skips it, saying why, where the grid is too large to be
+      # resident or the rows too many for one launch), both modes.
       #   CE_VOCABS, CE_TOKENS, CE_RUNS override the shapes and the timed runs.
       seg() { echo $(( (($1 + $2 - 1) / $2 + 255) / 256 * 256 )); }  # V split in $2, rounded up to 256
       for V in ${CE_VOCABS:-32000 50257 128256 256000}; do
@@ -236,12 +238,32 @@ for s in $steps; do
             cf+=(--config "{\"block_size\":${c%%:*},\"threads\":${c##*:},\"v_chunk\":$vc,\"fused\":true}")
           done
         done
+        for t in 2048 4096; do
+          [ $(( (V + t - 1) / t )) -gt 8 ] && cf+=(--config "{\"block_size\":$t,\"threads\":256,\"v_chunk\":$t,\"fused\":true}")
+        done
         for N in ${CE_TOKENS:-1 16 256 4096 32768}; do
           $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd --runs ${CE_RUNS:-30} >>"$OUT/cesweep_$V.txt" 2>&1
           $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd --runs ${CE_RUNS:-30} "${cf[@]}" >>"$OUT/cesweep_$V.txt" 2>&1
         done
         note "cesweep V=$V: $(( $(date +%s) - t0 )) s"
       done
+      ;;
+    cencu)
+      # Kernel time (ncu, clocks as found) of the ce kernels at a few rows, spread
+      # (tiles of 2048, one a block) against the cluster (8 segments), inside the
+      # bench that times them end to end: V = 128256, N = 1 and 4, both modes.
+      for N in 1 4; do
+        for mode in fwd fwdbwd; do
+          for c in '{"block_size":2048,"threads":256,"v_chunk":2048,"fused":true}' \
+            '{"block_size":2048,"threads":256,"v_chunk":16128,"fused":true}'; do
+            echo "## N=$N $mode $c" >>"$OUT/cencu.txt"
+            ncu --clock-control none -k regex:"spread_kernel|cluster_kernel" --launch-skip 3 --launch-count 10 \
+              --metrics gpu__time_duration.sum $B/celtune bench --family ce --shape $N,0,128256 --mode $mode \
+              --runs 20 --config "$c" 2>&1 | grep -E "gpu__time_duration|^ce " >>"$OUT/cencu.txt"
+          done
+        done
+      done
+      note "cencu: $(grep -c gpu__time_duration "$OUT/cencu.txt") kernels profiled"
       ;;
     sweep)
       # Config grid for choosing defaults: ce tile widths and thread counts, fused

@@ -1143,6 +1143,23 @@ void allow_smem(Fn fn, size_t bytes) {
   set = bytes;
 }
 
+// A device query's answer for `key`, asked once (ask()) and remembered: at a few
+// rows the occupancy queries of check() cost more than the call's kernel.
+template <typename Key, typename Ask>
+int remembered(const Key& key, Ask ask) {
+  static std::mutex mu;
+  static std::map<Key, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end()) return it->second;
+  }
+  const int value = ask();
+  std::lock_guard<std::mutex> lock(mu);
+  known[key] = value;
+  return value;
+}
+
 unsigned grid_of(int64_t rows, int splits) {
   const int64_t blocks = rows * splits;
   if (blocks > INT32_MAX) fail_usage("the ce launch needs " + std::to_string(blocks) + " blocks; at most 2^31 - 1");
@@ -1200,44 +1217,26 @@ std::string ce_cluster_unsupported(const CeLaunch& l, DType t, int64_t seg, int 
   const int i = elems_index(l);
   const ClusterFn fn = CELTUNE_PICK(cluster, t, i);
   const size_t smem = static_cast<size_t>(cluster_cache(t, seg) * dtype_bytes(t));
-  // The occupancy query costs more than a small call's kernel: asked once per
-  // (device, kernel, shape) and remembered.
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int, size_t, int>, int> known;
-  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads, smem, splits);
-  int clusters = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = known.find(key);
-    if (it != known.end()) clusters = it->second;
-  }
-  if (clusters == 0) {
-    allow_smem(fn, smem);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(splits));
-    cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr = cluster_attr(splits);
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    CELTUNE_CUDA(cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg));
-    if (clusters == 0) clusters = -1;  // asked: none fit
-    std::lock_guard<std::mutex> lock(mu);
-    known[key] = clusters;
-  }
+  const int clusters =
+      remembered(std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads, smem, splits), [&] {
+        allow_smem(fn, smem);
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(static_cast<unsigned>(splits));
+        cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
+        cfg.dynamicSmemBytes = smem;
+        cudaLaunchAttribute attr = cluster_attr(splits);
+        cfg.attrs = &attr, cfg.numAttrs = 1;
+        int n = 0;
+        CELTUNE_CUDA(cudaOccupancyMaxActiveClusters(&n, fn, &cfg));
+        return n;
+      });
   if (clusters < 1)
     return "a cluster of " + std::to_string(splits) + " blocks of " + std::to_string(l.threads) + " threads and " +
            std::to_string(smem / 1024) + " KiB of shared memory each cannot be scheduled on this GPU";
   return {};
 }
 
-std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t seg, int64_t rows, int splits, bool grad) {
-  if (seg > l.block_size)
-    return "a row spread over more than " + std::to_string(kCeMaxClusterBlocks) +
-           " blocks holds one tile a thread: v_chunk " + std::to_string(seg) + " exceeds block_size " +
-           std::to_string(l.block_size);
-  if (rows > kCeOneLaunchTokens)
-    return "a row spread over more than " + std::to_string(kCeMaxClusterBlocks) + " blocks runs in one launch, " +
-           "at most " + std::to_string(kCeOneLaunchTokens) + " rows, not " + std::to_string(rows);
+std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t rows, int splits, bool grad) {
   if (!grad) return {};
   // Backward waits for every block of its row: the grid must be resident at once.
   int dev = 0, sms = 0, coop = 0;
@@ -1246,21 +1245,11 @@ std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t seg, int64
   if (!coop) return "this GPU has no cooperative launch, which the spread ce backward needs";
   CELTUNE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const SpreadFn fn = CELTUNE_PICK(spread, t, elems_index(l));
-  // Asked once per (device, kernel, threads): a small call's kernel takes less.
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int>, int> known;
-  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads);
-  int per_sm = -1;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = known.find(key);
-    if (it != known.end()) per_sm = it->second;
-  }
-  if (per_sm < 0) {
-    CELTUNE_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, l.threads, 0));
-    std::lock_guard<std::mutex> lock(mu);
-    known[key] = per_sm;
-  }
+  const int per_sm = remembered(std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads), [&] {
+    int n = 0;
+    CELTUNE_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, l.threads, 0));
+    return n;
+  });
   const int64_t resident = int64_t{per_sm} * sms, blocks = rows * splits;
   if (blocks > resident)
     return std::to_string(rows) + " rows of " + std::to_string(splits) + " blocks (" + std::to_string(blocks) +

@@ -125,11 +125,11 @@ struct OneLaunch {
 void ce_cluster(const TileView& v, const LossParams& p, int64_t seg, float* lse, float* token_loss, const CeLaunch& l,
                 cudaStream_t st, bool grad, const OneLaunch& one);
 
-// Why ce_spread cannot run `rows` rows of `splits` segments of `seg` columns, or
-// "" when it can: a segment is one tile (seg ≤ block_size), the call one launch
-// (rows ≤ kCeOneLaunchTokens), and with `grad` the whole grid resident at once on
-// the current device (a cooperative launch).
-std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t seg, int64_t rows, int splits, bool grad);
+// Why ce_spread cannot run `rows` rows of `splits` segments each on the current
+// device, or "" when it can: with `grad` the whole grid must be resident at once
+// (a cooperative launch). That a segment is one tile and the call one launch is
+// validate_config's to check (model/config.cpp).
+std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t rows, int splits, bool grad);
 
 // A ce call of a few rows in one launch, each row split among ceil(cols / seg)
 // blocks (more than a cluster holds) that keep their segment in registers and

@@ -242,7 +242,7 @@ void check_supported(const Problem& p, const KernelConfig& c, int device) {
     used.spread = L.ce_spread;
     std::string why = ce_launch_unsupported(launch, p.dtype, used);
     if (why.empty() && L.ce_cluster) why = ce_cluster_unsupported(launch, p.dtype, L.vc, L.ce_splits);
-    if (why.empty() && L.ce_spread) why = ce_spread_unsupported(launch, p.dtype, L.vc, L.N, L.ce_splits, bwd);
+    if (why.empty() && L.ce_spread) why = ce_spread_unsupported(launch, p.dtype, L.N, L.ce_splits, bwd);
     if (!why.empty()) fail_usage("config " + to_string(c) + ": " + why);
   } else {
     used.grad = bwd;

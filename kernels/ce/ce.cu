@@ -103,8 +103,6 @@ __device__ __forceinline__ void merge(float& m, float& d, float m2, float d2) {
   m = M;
 }
 
-__device__ __forceinline__ float softcap(float z, float s) { return s > 0.0f ? s * tanhf(z / s) : z; }
-
 __device__ __forceinline__ int64_t target_of(const LossParams& p, int64_t row) {
   return p.targets_i64 ? static_cast<const int64_t*>(p.targets)[row]
                        : static_cast<int64_t>(static_cast<const int32_t*>(p.targets)[row]);
@@ -252,8 +250,9 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
   add_bias<T, ELEMS>(p, col, valid, x);
   const float s = p.softcap;
   if (s > 0.0f) {
+    const float inv_s = 1.0f / s;
 #pragma unroll
-    for (int k = 0; k < ELEMS; ++k) x[k] = softcap(x[k], s);
+    for (int k = 0; k < ELEMS; ++k) x[k] = softcap_fast(x[k], s, inv_s);
   }
   float lm = kNegInf;
 #pragma unroll
@@ -385,7 +384,7 @@ __device__ __forceinline__ float target_logit(const LossParams& p, const T* row,
   if (!valid_target(p, y) || y < v0 || y >= v0 + cols) return 0.0f;
   float z = Conv<T>::to(row[y - v0]);
   if (p.bias) z += Conv<T>::to(static_cast<const T*>(p.bias)[y]);
-  return softcap(z, p.softcap);
+  return p.softcap > 0.0f ? softcap_fast(z, p.softcap, 1.0f / p.softcap) : z;
 }
 
 // The row's loss from its merged statistics (flce-math.md step 5).
@@ -426,7 +425,7 @@ struct GradOp {
       const float inv_s = 1.0f / s;
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) {
-        const float z = softcap(x[k], s), t = z * inv_s;
+        const float z = softcap_fast(x[k], s, inv_s), t = z * inv_s;
         const float g = fmaf(cp, exp_shifted<T>(z, shift), k == ty ? -c_smooth - c_target : -c_smooth);
         x[k] = g * fmaf(-t, t, 1.0f);
       }

@@ -50,17 +50,6 @@ CUTE_HOST_DEVICE constexpr auto rowcol(Layout l) {
 
 CUTLASS_DEVICE float exp_fast(float x) { return exp2_approx(x * kLog2e); }
 
-// s·tanh(x/s) given 1/s, with one exp2 and one reciprocal: tanh|t| = (1 − e)/(1 + e),
-// e = exp(−2|t|) ∈ (0, 1], so nothing overflows. Absolute error ≈ 1e-7·s, the
-// order of the fp32 tanhf the CE kernels use (a few ulp of ẑ, far under a 16-bit
-// input's rounding); NaN stays NaN and ±inf gives ±s, as tanhf does. (An IEEE
-// division and exp2f here made Gemma-2-2B's forward 1.27× its GEMM on the H100.)
-CUTLASS_DEVICE float softcap_fast(float x, float s, float inv_s) {
-  const float t = x * inv_s;
-  const float e = exp2_approx(-2.8853900817779268f * fabsf(t));  // 2·log2(e)
-  return copysignf(s * __fdividef(1.0f - e, 1.0f + e), t);
-}
-
 // The tile is stored straight from registers, two elements a store. Staging it in
 // shared memory for coalesced 16-byte stores measured slower (Gemma-2-2B 9%, H100):
 // the stage's 66 KB cost the mainloop one of its four pipeline stages.

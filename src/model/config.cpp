@@ -55,16 +55,20 @@ void validate_config(const Problem& p, const KernelConfig& c) {
     // Past a cluster's blocks a row is spread over the GPU, a segment a block in
     // registers (one tile a thread), the whole call in one launch.
     const int64_t seg = c.v_chunk_for(p), blocks = (p.vocab + seg - 1) / seg;
+    // The message is built only on the way out: this check runs on every call.
+    auto refuse = [&](const std::string& why, const char* cluster_hint) {
+      fail_usage("fused ce with a row split among more than " + std::to_string(kCeMaxClusterBlocks) + " blocks " +
+                 why + " (" + (cluster_hint[0] ? "or " : "") + "use v_chunk ≥ " +
+                 std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + cluster_hint + ")");
+    };
     if (blocks > kCeMaxClusterBlocks && seg != c.block_size)
-      fail_usage("fused ce with a row split among more than " + std::to_string(kCeMaxClusterBlocks) +
-                 " blocks holds one tile a block: v_chunk " + std::to_string(c.v_chunk) + " must equal block_size " +
-                 std::to_string(c.block_size) + " (or use v_chunk ≥ " +
-                 std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + " for a cluster)");
+      refuse("holds one tile a block: v_chunk " + std::to_string(c.v_chunk) + " must equal block_size " +
+                 std::to_string(c.block_size),
+             " for a cluster");
     if (blocks > kCeMaxClusterBlocks && p.tokens > kCeOneLaunchTokens)
-      fail_usage("fused ce with a row split among more than " + std::to_string(kCeMaxClusterBlocks) +
-                 " blocks runs in one launch: at most " + std::to_string(kCeOneLaunchTokens) + " tokens, not " +
-                 std::to_string(p.tokens) + " (use v_chunk ≥ " +
-                 std::to_string((p.vocab + kCeMaxClusterBlocks - 1) / kCeMaxClusterBlocks) + ")");
+      refuse("runs in one launch: at most " + std::to_string(kCeOneLaunchTokens) + " tokens, not " +
+                 std::to_string(p.tokens),
+             "");
   }
   if (c.impl == KernelConfig::Impl::fused) {
     if (p.family != Family::flce) fail_usage("impl fused is a flce implementation");

@@ -124,6 +124,10 @@ __device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, i
   }
   return 0.0f;
 }
+// a·v, or 0 where a = 0: a row the loss ignores contributes nothing, whatever
+// (NaN, inf) its scaled operand held (scaled_dz_rows and its consumers).
+__device__ __forceinline__ float scaled_by(float a, float v) { return a == 0.0f ? 0.0f : a * v; }
+
 // n read from count_targets' result (mean only: the others never touch it).
 __device__ __forceinline__ float token_scale(const LossParams& p, int64_t row, int64_t y) {
   return token_scale(p, row, y, p.reduction == Reduction::mean && valid_target(p, y) ? *p.n_valid : 0);
@@ -1073,13 +1077,45 @@ __global__ void reduce_loss_kernel(const float* token_loss, int64_t tokens, Redu
 }
 
 template <typename T>
-__global__ void column_sums_kernel(TileView v, float* db_acc) {
+__global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_scale) {
   const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (j >= v.cols) return;
   const T* tile = static_cast<const T*>(v.tile);
   float acc = 0.0f;
-  for (int64_t r = 0; r < v.rows; ++r) acc += Conv<T>::to(tile[r * v.ld + j]);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const float z = Conv<T>::to(tile[r * v.ld + j]);
+    acc += row_scale ? scaled_by(row_scale[r], z) : z;
+  }
   db_acc[v.v0 + j] += acc;
+}
+
+template <typename T>
+__global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
+                                      int64_t hidden, T* x_scaled, float* row_scale) {
+  const int64_t i = blockIdx.x, row = v.r0 + i;
+  const int64_t y = target_of(p, row);
+  const float c = token_scale(p, row, y);  // 0 for an ignored or invalid target
+  const float L = lse[row], s = p.softcap, zl = 1.0f + 2.0f * p.z_loss * L;
+  const float a = c == 0.0f ? 0.0f : c * zl * expf(s - L);
+  if (threadIdx.x == 0) {
+    row_scale[i] = a;
+    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) {
+      // dZ_iy = c·(zl·p_y − 1)·(1 − (ẑ_y/s)²), p_y − 1 in fp32 before rounding.
+      const float zy = z_target[row], t = zy / s;
+      const float dz = (zl * expf(zy - L) - 1.0f) * (1.0f - t * t);
+      static_cast<T*>(v.tile)[i * v.ld + (y - v.v0)] = Conv<T>::from(dz * expf(L - s) / zl);  // = c·dz / a
+    }
+  }
+  const T* in = x + i * hidden;
+  T* out = x_scaled + i * hidden;
+  for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) out[h] = Conv<T>::from(scaled_by(a, Conv<T>::to(in[h])));
+}
+
+template <typename T>
+__global__ void scale_rows_kernel(T* m, int64_t cols, const float* row_scale) {
+  const float a = row_scale[blockIdx.x];
+  T* line = m + int64_t{blockIdx.x} * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) line[j] = Conv<T>::from(scaled_by(a, Conv<T>::to(line[j])));
 }
 
 template <typename T>
@@ -1342,13 +1378,48 @@ void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, f
   CELTUNE_LAUNCHED();
 }
 
-void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st) {
+void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, const float* row_scale) {
   if (v.rows == 0 || v.cols == 0) return;
   const unsigned blocks = static_cast<unsigned>((v.cols + 255) / 256);
   switch (t) {
-    case DType::fp32: column_sums_kernel<float><<<blocks, 256, 0, st>>>(v, db_acc); break;
-    case DType::bf16: column_sums_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(v, db_acc); break;
-    case DType::fp16: column_sums_kernel<__half><<<blocks, 256, 0, st>>>(v, db_acc); break;
+    case DType::fp32: column_sums_kernel<float><<<blocks, 256, 0, st>>>(v, db_acc, row_scale); break;
+    case DType::bf16: column_sums_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(v, db_acc, row_scale); break;
+    case DType::fp16: column_sums_kernel<__half><<<blocks, 256, 0, st>>>(v, db_acc, row_scale); break;
+  }
+  CELTUNE_LAUNCHED();
+}
+
+// One block a row: the rows of a chunk are a few thousand, each a few thousand
+// elements (hidden), a few MB in all next to the GEMMs' hundreds.
+void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
+                    int64_t hidden, void* x_scaled, float* row_scale, cudaStream_t st) {
+  if (v.rows == 0) return;
+  const auto blocks = static_cast<unsigned>(v.rows);
+  switch (p.dtype) {
+    case DType::fp32:
+      scaled_dz_rows_kernel<float><<<blocks, 256, 0, st>>>(v, p, lse, z_target, static_cast<const float*>(x), hidden,
+                                                           static_cast<float*>(x_scaled), row_scale);
+      break;
+    case DType::bf16:
+      scaled_dz_rows_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(v, p, lse, z_target,
+                                                                   static_cast<const __nv_bfloat16*>(x), hidden,
+                                                                   static_cast<__nv_bfloat16*>(x_scaled), row_scale);
+      break;
+    case DType::fp16:
+      scaled_dz_rows_kernel<__half><<<blocks, 256, 0, st>>>(v, p, lse, z_target, static_cast<const __half*>(x), hidden,
+                                                            static_cast<__half*>(x_scaled), row_scale);
+      break;
+  }
+  CELTUNE_LAUNCHED();
+}
+
+void scale_rows(void* m, DType t, int64_t rows, int64_t cols, const float* row_scale, cudaStream_t st) {
+  if (rows == 0 || cols == 0) return;
+  const auto blocks = static_cast<unsigned>(rows);
+  switch (t) {
+    case DType::fp32: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<float*>(m), cols, row_scale); break;
+    case DType::bf16: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<__nv_bfloat16*>(m), cols, row_scale); break;
+    case DType::fp16: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<__half*>(m), cols, row_scale); break;
   }
   CELTUNE_LAUNCHED();
 }

@@ -147,7 +147,24 @@ void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_
 void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, float* loss, cudaStream_t st);
 
 // db[v0 + j] += Σ_r dZ[r, j] over the tile's rows, fp32; one thread per column.
-void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st);
+// With row_scale, dZ[r, j] = row_scale[r]·tile[r, j] (scaled_dz_rows), 0 where
+// the scale is 0.
+void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, const float* row_scale = nullptr);
+
+// flce's one-pass backward without a dZ pass (impl fused, where sm90_scaled_dz
+// says; kernels/flce/sm90/variants.hpp). The view's tile holds q = exp(ẑ − s)·
+// (1 − (ẑ/s)²), written by the logits GEMM. Per row i of the view (problem row
+// r0 + i): row_scale[i] = a_i = c_i·(1 + 2λL_i)·exp(s − L_i), so that dZ = a_i·q
+// off the target; the target's element becomes dZ_iy / a_i, its p − 1 taken in
+// fp32 from z_target (ẑ at the target, indexed like lse) as flce-math.md asks;
+// and x_scaled[i] = a_i·x[i] in the input dtype (0 where a_i = 0), the B operand
+// of dW = qᵀ·diag(a)·X. x and x_scaled are [rows, hidden], this chunk's rows.
+void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
+                    int64_t hidden, void* x_scaled, float* row_scale, cudaStream_t st);
+
+// m[i, :] *= row_scale[i] for a row-major [rows, cols] matrix of dtype t, 0 where
+// the scale is 0 (an ignored row's dX, whatever its q held).
+void scale_rows(void* m, DType t, int64_t rows, int64_t cols, const float* row_scale, cudaStream_t st);
 
 // out[i] = (dtype) in[i] for n elements.
 void convert_from_f32(const float* in, void* out, DType t, int64_t n, cudaStream_t st);

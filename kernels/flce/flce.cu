@@ -32,8 +32,14 @@
 // and loss. Forward: one statistics-only GEMM over all of V per row chunk, no
 // tile at all. Forward+backward, one pass: the same GEMM also stores the tile,
 // then dZ (ce_grad: one read, one write), dX on cuBLASLt and dW on CUTLASS's
-// persistent GEMM, in place (or on cuBLASLt, as the config's dw_kernel says). Two passes: the statistics-only GEMM over
-// all of V gives the final LSE first, so pass 1 stores nothing; pass 2 as above.
+// persistent GEMM, in place (or on cuBLASLt, as the config's dw_kernel says).
+// With a softcap (bf16, no label smoothing: sm90_scaled_dz) there is no dZ pass:
+// the GEMM stores q, dZ up to a row factor a_i (ce_epilogue.cuh); a kernel a row
+// (scaled_dz_rows) writes a_i, patches the target's element and scales X by a_i
+// for dW = qᵀ·(a·X); dX = a·(q·W) takes its factor after its GEMM (scale_rows).
+// At Gemma-2-2B the dZ pass read and wrote 1 GB a 1024-row chunk. Two passes: the
+// statistics-only GEMM over all of V gives the final LSE first, so pass 1 stores
+// nothing; pass 2 as above.
 #include "flce.hpp"
 
 #include <algorithm>
@@ -81,7 +87,7 @@ int dw_variant(const KernelConfig& c) {
 
 struct Layout {
   int64_t N, H, V, rc, vc, ld_vc, row_chunks;
-  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass;
+  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass, scaled_dz;
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
   // ce: each row split into ce_splits segments of vc columns, one block each;
   // fused holds the row on chip in a cluster of ce_splits blocks (one block: a
@@ -90,7 +96,10 @@ struct Layout {
   // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
   int ce_splits = 1;
   bool ce_cluster = false, ce_spread = false, ce_one_launch = false;
-  size_t state, counters, tile, dx, dw, db, z_target, lse_part, sumz_part, ce_parts, ws, ws_bytes, total;
+  // lse_part also holds the scaled X of scaled_dz once the merge has read the
+  // partials (x_scaled, the same offset), so that costs no scratch at Gemma-2-2B.
+  size_t state, counters, tile, dx, dw, db, z_target, lse_part, x_scaled, row_scale, sumz_part, ce_parts, ws, ws_bytes,
+      total;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -108,6 +117,8 @@ struct Layout {
     db_acc = flce && bwd && p.bias;
     fused = flce && c.impl == KernelConfig::Impl::fused;
     dw_cutlass = fused && dw_variant(c) >= 0;
+    scaled_dz = fused && bwd && one_pass &&
+                sm90_scaled_dz(p.dtype == DType::bf16, p.loss.softcap, p.loss.label_smoothing, p.loss.z_loss);
     if (!flce) {
       ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
       ce_spread = c.fused && ce_splits > kCeMaxClusterBlocks;
@@ -135,7 +146,9 @@ struct Layout {
     db = take(db_acc ? static_cast<size_t>(V) * 4 : 0);
     const size_t parts = static_cast<size_t>(part_rows * part_tiles);
     z_target = take(fused ? static_cast<size_t>(N) * 4 : 0);
-    lse_part = take(parts * sizeof(sm90::LsePair));
+    lse_part = take(std::max(parts * sizeof(sm90::LsePair), scaled_dz ? static_cast<size_t>(rc * H) * 2 : 0));
+    x_scaled = lse_part;
+    row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 4 : 0);
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
     ws_bytes = flce ? static_cast<size_t>(c.workspace_mib) << 20 : 0;
@@ -373,11 +386,15 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     g.lse_partials = lse_part, g.sumz_partials = sumz_part;
     g.targets = static_cast<const char*>(lp.targets) + r0 * (lp.targets_i64 ? 8 : 4), g.targets_i64 = lp.targets_i64;
     g.z_target = z_target + r0;
+    g.scaled_dz = store && L.scaled_dz;
     sm90::logits_stats(lv, p.dtype, g, ws, st);
     sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,
                       a.token_loss, st);
   };
-  // GEMMs 2 and 3 and db, from a dZ tile.
+  // GEMMs 2 and 3 and db, from a dZ tile, or (scaled_dz) from q with the row
+  // factors and the scaled X that scaled_dz_rows wrote.
+  const float* row_scale = L.scaled_dz ? reinterpret_cast<const float*>(base + L.row_scale) : nullptr;
+  const void* x_scaled = base + L.x_scaled;
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     const bool first_v = v0 == 0, first_r = r0 == 0;
     {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
@@ -385,22 +402,25 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
         ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
                  d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
+      if (row_scale) scale_rows(d, p.dtype, rows, H, row_scale, st);  // one pass: d is dX[R] itself
     }
+    const void* x_rows = row_scale ? x_scaled : at(a.x, r0 * H, bytes);
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
       if (L.dw_cutlass) {  // CUTLASS, persistent, in place; TMA takes any width
         sm90::DwArgs g;
         g.rows = rows, g.cols = cols, g.hidden = H;
-        g.dz = tile, g.ld_dz = L.ld_vc, g.x = at(a.x, r0 * H, bytes);
+        g.dz = tile, g.ld_dz = L.ld_vc, g.x = x_rows;
         g.dw = d, g.dw_fp32 = L.dw_acc, g.beta = first_r ? 0.0f : 1.0f;
         sm90::dw_gemm(dw_variant(c), p.dtype, g, ws, st);
       } else {
         for (const ColPiece& q : col_pieces(cols))
-          ctx.gemm(gemm_shape(GemmRole::dw, p, L, rows, q.n), at(a.x, r0 * H, bytes), at(tile, q.c0, bytes),
+          ctx.gemm(gemm_shape(GemmRole::dw, p, L, rows, q.n), x_rows, at(tile, q.c0, bytes),
                    at_mut(d, q.c0 * H, L.dw_acc ? 4 : bytes), first_r ? 0.0f : 1.0f, st, ws, algo(GemmRole::dw));
       }
     }
-    if (L.db_acc) column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st);
+    if (L.db_acc)
+      column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st, row_scale);
   };
 
   // Row chunks in whole tiles of the logits GEMM's rows: its clusters (fused) or
@@ -413,7 +433,12 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       // the same GEMM stores the tile, and dZ overwrites it from the final LSE.
       stats(r0, rows, L.bwd && L.one_pass);
       if (L.bwd && L.one_pass) {
-        ce_grad(TileView{tile, L.ld_vc, r0, rows, 0, L.V, tile, L.ld_vc}, lp, a.lse, launch, st);
+        const TileView all{tile, L.ld_vc, r0, rows, 0, L.V, tile, L.ld_vc};
+        if (L.scaled_dz)
+          scaled_dz_rows(all, lp, a.lse, reinterpret_cast<const float*>(base + L.z_target), at(a.x, r0 * H, bytes), H,
+                         base + L.x_scaled, reinterpret_cast<float*>(base + L.row_scale), st);
+        else
+          ce_grad(all, lp, a.lse, launch, st);
         consume(r0, rows, 0, L.V);
       }
     } else {

@@ -401,6 +401,54 @@ TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accum
       }
 }
 
+TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every option it keeps, odd V, row chunks") {
+  // sm90_scaled_dz (variants.hpp): the logits GEMM stores q, scaled_dz_rows writes
+  // the row factors, patches the target and scales X; dX takes its factor after
+  // the GEMM. Each option that keeps this path, at an odd vocabulary (an
+  // unaligned piece in every cuBLASLt GEMM) and row chunks that do not divide N.
+  struct Opt {
+    const char* name;
+    void (*apply)(Problem&, CaseSpec&);
+  };
+  const Opt opts[] = {
+      {"mean, ignored, bias", [](Problem& p, CaseSpec& c) { p.bias = true, c.ignore_fraction = 0.3; }},
+      {"sum, z-loss", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::sum, p.loss.z_loss = 1e-3; }},
+      {"none", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::none; }},
+      {"large logits", [](Problem&, CaseSpec& c) { c.logit_scale = 150.0; }},
+      {"all ignored", [](Problem&, CaseSpec& c) { c.ignore_fraction = 1.0; }},
+      {"int32, softcap 8", [](Problem& p, CaseSpec&) {
+         p.target_type = TargetType::i32, p.loss.ignore_index = -1, p.loss.softcap = 8.0;
+       }},
+  };
+  for (const Opt& o : opts)
+    for (const char* dw : {"", kDwOnCublaslt}) {
+      ValidationCase vc;
+      Problem& p = vc.problem;
+      p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
+      p.loss.softcap = 30.0;
+      o.apply(p, vc.spec);
+      vc.config.impl = KernelConfig::Impl::fused;
+      vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
+      vc.config.dw_kernel = dw;
+      if (!fused_runs(p, vc.config)) return;
+      vc.spec.seed = next_seed();
+      vc.name = std::string("fused, no dZ pass: ") + o.name + (*dw ? ", dW on cuBLASLt" : "");
+      CAPTURE(vc.name);
+      expect_pass(vc);
+    }
+  // Confident rows: the target's element is patched from its fp32 logit, so its
+  // dZ keeps 1 − p (validate's "confident" case). The host bisects each row's
+  // margin over all of V: a smaller shape.
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::flce, p.tokens = 300, p.hidden = 64, p.vocab = 5003, p.dtype = DType::bf16, p.loss.softcap = 30.0;
+  vc.spec.confident_margin = 5.0, vc.spec.edge_targets = false;
+  vc.config.impl = KernelConfig::Impl::fused, vc.config.row_chunk = 256;
+  vc.spec.seed = next_seed();
+  vc.name = "fused, no dZ pass: confident";
+  expect_pass(vc);
+}
+
 TEST_CASE("[large] impl fused at Llama-3-8B N=1024, judged by the GPU reference") {
   ValidationCase vc;
   Problem& p = vc.problem;

@@ -158,17 +158,21 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   for (int64_t V : {32000, 50257, 128256, 152064, 256000})
     for (int64_t H : {768, 2304, 3584, 4096, 8192})
       for (int64_t N : {1024, 4096, 8192, 32768})
-        for (double eps : {0.0, 0.1}) {
+        for (double eps : {0.0, 0.1, -1.0}) {  // −1: ε = 0 with softcap 30, no dZ pass (sm90_scaled_dz)
           Problem p;
           p.family = Family::flce, p.tokens = N, p.hidden = H, p.vocab = V, p.mode = Mode::forward_backward;
-          p.loss.label_smoothing = eps;
+          const bool scaled = eps < 0;
+          p.loss.label_smoothing = scaled ? 0.0 : eps;
+          p.loss.softcap = scaled ? 30.0 : 0.0;
           CAPTURE(p.key());
           const SearchSpace s = flce_space(p);
           REQUIRE(s.seeds.size() == 3u);
           const KernelConfig& f = s.seeds[1];
           CAPTURE(to_string(f));
           const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
-          const int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
+          int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
+          // Without a dZ pass the partials' space holds the scaled X too, beside a row factor.
+          if (scaled && f.one_pass(p)) parts = std::max(parts, rc * H * 2) + 4 * rc;
           int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + (int64_t{f.workspace_mib} << 20);
           if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
           CHECK(bytes <= (int64_t{256} << 20));
@@ -377,4 +381,17 @@ TEST_CASE("the ce device default: rows held in one or two shared-memory segments
   });
   CHECK(c.fused);
   CHECK(c.v_chunk == 16128);
+}
+
+TEST_CASE("the fused one pass drops its dZ pass only where the row factor is safe") {
+  // sm90_scaled_dz (variants.hpp): a softcap bounds ẑ, bf16 holds q ≥ e^(−2s),
+  // ε's uniform term is no row factor, and 1 + 2λL must stay away from 0.
+  CHECK(sm90_scaled_dz(true, 30.0, 0.0, 0.0));
+  CHECK(sm90_scaled_dz(true, 30.0, 0.0, 1e-4));
+  CHECK(sm90_scaled_dz(true, kSm90ScaledDzMaxSoftcap, 0.0, 0.0));
+  CHECK_FALSE(sm90_scaled_dz(false, 30.0, 0.0, 0.0));  // fp16: q underflows
+  CHECK_FALSE(sm90_scaled_dz(true, 0.0, 0.0, 0.0));    // no softcap: ẑ unbounded
+  CHECK_FALSE(sm90_scaled_dz(true, 30.0, 0.1, 0.0));   // label smoothing
+  CHECK_FALSE(sm90_scaled_dz(true, 50.0, 0.0, 0.0));   // a_i up to e^100
+  CHECK_FALSE(sm90_scaled_dz(true, 30.0, 0.0, 0.01));  // 2λs = 0.6: 1 + 2λL may vanish
 }

@@ -10,6 +10,12 @@
 //   Σẑ when label smoothing needs it (steps 3–4), written as one partial per row
 //   and tile to [tiles_n][rows_pad], no atomics; merge_stats (stats.cu) folds them.
 //   ẑ at the row's target, by the one thread that holds that column.
+//   With scaled_dz (softcap on, bf16; flce.cu says when), the tile holds instead
+//   q = exp(ẑ − s)·(1 − (ẑ/s)²), stored after the sums: dZ = a_i·q off the
+//   target, a_i = c_i·(1 + 2λL_i)·exp(s − L_i) per row (flce-math.md's backward
+//   with ε = 0), so the dZ pass over the tile is not needed. ẑ < s bounds q by 1
+//   and the factor by e^(2s); exp(ẑ − m) is the sum's own term, so the store
+//   costs one exponential a row, not one an element.
 // Rounding before the statistics makes the LSE that of the stored logits, so
 // p = exp(ẑ − L) sums to one over what the dZ kernel reads, and the target's ẑ
 // taken here is the same number: for a confident row L − ẑ_y is small, and a
@@ -83,6 +89,7 @@ class CeStatsEpilogue {
     const void* targets = nullptr;   // [rows] int64 or int32, with z_target
     bool targets_i64 = true;
     float* z_target = nullptr;  // [rows]: ẑ at the row's target, or null
+    bool scaled_dz = false;     // StoreTile: store q (file comment), not z; needs softcap
   };
   using Params = Arguments;
 
@@ -101,7 +108,7 @@ class CeStatsEpilogue {
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& a) {
-    return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr);
+    return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr) && (!a.scaled_dz || a.softcap > 0.0f);
   }
 
   CUTLASS_HOST_DEVICE explicit CeStatsEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
@@ -151,9 +158,11 @@ class CeStatsEpilogue {
       if (y >= n0 && y < n0 + valid_n) tcol[r] = static_cast<int>(y - n0);
     }
 
-    // Pass 1: round, store, bias, softcap, row max (and Σẑ). The softcap branch is
-    // taken once per tile: each side is one straight run of code.
-    auto logits = [&](auto capped) {
+    const bool scaled = StoreTile && params.scaled_dz;
+    // Pass 1: round, store (z; q is stored after pass 2), bias, softcap, row max
+    // (and Σẑ). The branches are taken once per tile: each side is one straight
+    // run of code.
+    auto logits = [&](auto capped, auto store_z) {
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kC; c += 2) {
         const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
@@ -166,7 +175,7 @@ class CeStatsEpilogue {
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) {
           const Element q0(acc(r, c)), q1(acc(r, c + 1));
-          if constexpr (StoreTile) {
+          if constexpr (decltype(store_z)::value) {
             const int row = get<0>(crd(r, c));
             if (row < valid_m && ok0) {
               Element* at = params.tile + (m0 + row) * params.ld_tile + n0 + col;
@@ -190,10 +199,13 @@ class CeStatsEpilogue {
         }
       }
     };
-    if (params.softcap > 0.0f)
-      logits(cute::true_type{});
+    using StoreZ = cute::bool_constant<StoreTile>;
+    if (scaled)
+      logits(cute::true_type{}, cute::false_type{});
+    else if (params.softcap > 0.0f)
+      logits(cute::true_type{}, StoreZ{});
     else
-      logits(cute::false_type{});
+      logits(cute::false_type{}, StoreZ{});
 
     // The quad that shares a row holds all of its BLOCK_N columns.
     CUTLASS_PRAGMA_UNROLL
@@ -202,16 +214,51 @@ class CeStatsEpilogue {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     }
     // Pass 2: Σ exp(ẑ − m). Masked columns give exp(−inf) = 0; a NaN logit (or a
-    // row of them, m = −inf) makes the sum NaN, and the loss with it.
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kR; ++r) {
+    // row of them, m = −inf) makes the sum NaN, and the loss with it. scaled: zh
+    // becomes exp(ẑ − m)·(1 − (ẑ/s)²), q up to the row's exp(m − s).
+    auto sums = [&](auto keep_q) {
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kC; ++c) sum[r] += exp_fast(zh[r][c] - mx[r]);
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-      if (smoothing) {
-        sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 1);
-        sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 2);
+      for (int r = 0; r < kR; ++r) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kC; ++c) {
+          const float e = exp_fast(zh[r][c] - mx[r]);
+          sum[r] += e;
+          if constexpr (decltype(keep_q)::value) {
+            const float t = zh[r][c] * inv_cap;
+            zh[r][c] = e * (1.0f - t * t);
+          }
+        }
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+        if (smoothing) {
+          sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 1);
+          sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 2);
+        }
+      }
+    };
+    if (scaled)
+      sums(cute::true_type{});
+    else
+      sums(cute::false_type{});
+    if constexpr (StoreTile) {
+      if (scaled) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kR; ++r) {
+          const int row = get<0>(crd(r, 0));
+          if (row >= valid_m) continue;
+          const float k = exp_fast(mx[r] - params.softcap);  // ≥ the product: nothing underflows early
+          Element* line = params.tile + (m0 + row) * params.ld_tile + n0;
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kC; c += 2) {
+            const int col = get<1>(crd(r, c));
+            if (col >= valid_n) continue;
+            const Element q0(zh[r][c] * k), q1(zh[r][c + 1] * k);
+            if (col + 1 < valid_n)
+              *reinterpret_cast<uint32_t*>(line + col) = uint32_t(q0.raw()) | (uint32_t(q1.raw()) << 16);
+            else
+              line[col] = q0;
+          }
+        }
       }
     }
     if (thread_idx % 4 != 0) return;  // one lane of the quad writes the row's partial

@@ -61,6 +61,10 @@ struct LogitsArgs {
   const void* targets = nullptr;  // [rows], int64 or int32
   bool targets_i64 = true;
   float* z_target = nullptr;
+  // Store q = exp(ẑ − s)·(1 − (ẑ/s)²) instead of the logits (needs the tile and a
+  // softcap): dZ up to a per-row factor, for the one-pass backward without a dZ
+  // pass (ce_epilogue.cuh; when: sm90_scaled_dz, variants.hpp).
+  bool scaled_dz = false;
 };
 void logits_stats(int variant, DType t, const LogitsArgs& a, const Workspace& ws, cudaStream_t st);
 

@@ -147,6 +147,8 @@ struct LogitsGemm {
     args.epilogue.sumz_partials = a.sumz_partials;
     args.epilogue.targets = a.targets, args.epilogue.targets_i64 = a.targets_i64;
     args.epilogue.z_target = a.z_target;
+    args.epilogue.scaled_dz = a.scaled_dz;
+    if (a.scaled_dz && !(a.tile && a.softcap > 0.0f)) fail_usage("scaled dZ needs the tile and a softcap");
     args.epilogue.rows_pad = (a.rows + kBlockM - 1) / kBlockM * kBlockM;  // = sm90_partial_rows
     args.hw_info.sm_count = sm_count_of_current_device();
     // Along M: the CTAs that run together share one W tile (the large operand)

@@ -57,6 +57,21 @@ inline long long sm90_partial_tiles(int v, long long cols) {
   return (cols + bn - 1) / bn;
 }
 
+// Where the one-pass backward of impl fused runs without a dZ pass: the logits
+// GEMM stores q = exp(ẑ − s)·(1 − (ẑ/s)²) (ce_epilogue.cuh), dZ = a_i·q off the
+// target with a_i = c_i·(1 + 2λL_i)·exp(s − L_i), the target's element is patched
+// from its fp32 logit, X is scaled by a_i for dW and dX by a_i after its GEMM
+// (flce.cu). It needs ẑ bounded (a softcap); ε = 0 (the ε/V term is not a row
+// factor of q); bf16, whose exponent range holds q ≥ e^(−2s) where fp16's does
+// not; s ≤ 32, so that a_i ≤ c_i·e^64 keeps a_i·x inside bf16's range for any
+// |x| below ~1e10; and 2λs < 1/2, so that 1 + 2λL_i > 1/2 never vanishes
+// (L_i > −s). Gemma 2 caps at 30.
+inline constexpr double kSm90ScaledDzMaxSoftcap = 32.0;
+inline bool sm90_scaled_dz(bool bf16, double softcap, double label_smoothing, double z_loss) {
+  return bf16 && softcap > 0.0 && softcap <= kSm90ScaledDzMaxSoftcap && label_smoothing == 0.0 &&
+         2.0 * z_loss * softcap < 0.5;
+}
+
 // Entry points defined by the translation units.
 #define CELTUNE_SM90_LOGITS_FN(idx, dt, store) logits_v##idx##_##dt##_##store
 #define CELTUNE_SM90_DW_FN(idx, dt, out) dw_v##idx##_##dt##_##out

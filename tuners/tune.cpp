@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,41 @@ struct Measured {
   std::vector<double> samples;  // empty when reused from the database
   db::Stats stats;
 };
+
+// Each seed grown to the scratch limit. The space's seeds keep to the default's
+// 256 MiB; what a larger --max-scratch buys first is fewer row chunks, each of
+// which costs dW's read-modify-write and the GEMMs' ramps. Among the grid points
+// that differ from a seed only in row_chunk, workspace_mib and the accumulators'
+// dtype, the one with the fewest chunks (then the seed's accumulators, then its
+// workspace) joins the seeds. Gemma-2-2B within 512 MiB on the H200 (2026-11-24):
+// a budget of 10 stayed at 896-row chunks, 26.7 ms, where the fused path's
+// 1024-row chunks beside a 1 MiB workspace took 25.7 — two moves from its seed.
+void grow_seeds(const SearchSpace& space, const std::vector<Candidate>& cands, const Problem& p,
+                std::vector<size_t>& seeds) {
+  std::vector<bool> free(space.params.size(), false);
+  for (size_t k = 0; k < space.params.size(); ++k)
+    free[k] = space.params[k].name == "row_chunk" || space.params[k].name == "workspace_mib" ||
+              space.params[k].name == "acc_fp32";
+  auto chunks = [&](size_t i) {
+    const int64_t rc = std::max<int64_t>(cands[i].config.row_chunk_for(p), 1);
+    return (p.tokens + rc - 1) / rc;
+  };
+  const size_t n = seeds.size();
+  for (size_t s = 0; s < n; ++s) {
+    const KernelConfig& seed = cands[seeds[s]].config;
+    auto rank = [&](size_t i) {
+      const KernelConfig& c = cands[i].config;
+      return std::tuple(chunks(i), c.dw_acc_fp32 != seed.dw_acc_fp32, c.workspace_mib != seed.workspace_mib);
+    };
+    size_t best = seeds[s];
+    for (size_t i = 0; i < cands.size(); ++i) {
+      bool near = true;
+      for (size_t k = 0; k < free.size() && near; ++k) near = free[k] || cands[i].index[k] == cands[seeds[s]].index[k];
+      if (near && rank(i) < rank(best)) best = i;
+    }
+    if (std::find(seeds.begin(), seeds.end(), best) == seeds.end()) seeds.push_back(best);
+  }
+}
 
 }  // namespace
 
@@ -154,6 +190,7 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
         std::find(seeds.begin(), seeds.end(), i) == seeds.end())
       seeds.push_back(i);
   }
+  grow_seeds(space, cands, p, seeds);
   run_strategy(o.strategy, space, cands, eval, prog.total, start < cands.size() ? start : 0, o.seed, seeds);
   res.evaluated = seen.size();
 

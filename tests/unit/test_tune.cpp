@@ -183,3 +183,33 @@ TEST_CASE("guided search measures an earlier winner for the same GPU and problem
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("guided search measures each seed grown to the scratch limit: the fewest row chunks that fit") {
+  // A larger --max-scratch buys fewer row chunks first (tune.cpp, grow_seeds).
+  // Synthetic times fall with the chunk count alone, so the grown seed is the
+  // best; a budget of three (the default, its seed, one more) finds it only
+  // because it is measured as a seed. The limit leaves out the whole-N chunk.
+  const auto path = std::filesystem::temp_directory_path() / "celtune-test-tune-grow.sqlite";
+  std::filesystem::remove(path);
+  SyntheticGpu backend;
+  Problem p;
+  p.family = Family::flce, p.tokens = 4096, p.hidden = 16, p.vocab = 65536, p.dtype = DType::fp32;
+  p.mode = Mode::forward_backward;  // the default keeps its tile to 256 MiB: 768-row chunks
+  auto chunks = [&](const KernelConfig& c) { return (p.tokens + c.row_chunk_for(p) - 1) / c.row_chunk_for(p); };
+  backend.ms = [&](const KernelConfig& c) { return 1.0 + 0.1 * static_cast<double>(chunks(c)); };
+  KernelConfig half;
+  half.row_chunk = 2048, half.v_chunk = 0;
+  TuneOptions o;
+  o.budget = 3, o.gemm_algos = 0;
+  o.max_scratch = backend.scratch_bytes(p, half) + 1024;  // 2048 rows fit, 4096 do not
+  o.plan.warmup = 1, o.plan.min_runs = 3, o.plan.max_runs = 3, o.plan.ci_target = 0;
+  const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
+  REQUIRE(chunks(def) > 2);
+  {
+    db::Store store(path.string(), db::Access::read_write);
+    const TuneResult r = tune_problem(backend, store, p, o);
+    CHECK(chunks(r.best) == 2);
+    CHECK(backend.scratch_bytes(p, r.best) <= o.max_scratch);
+  }
+  std::filesystem::remove(path);
+}

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <functional>
 
 #include "kernels/cpu/cpu_backend.hpp"
@@ -210,6 +211,38 @@ TEST_CASE("guided search measures each seed grown to the scratch limit: the fewe
     const TuneResult r = tune_problem(backend, store, p, o);
     CHECK(chunks(r.best) == 2);
     CHECK(backend.scratch_bytes(p, r.best) <= o.max_scratch);
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a candidate faster at the median but slower at p80 than the default does not replace it") {
+  // Every config but the default runs fast three times in five and slow the
+  // other two (median 0.9, p80 1.5); the default takes 1.0 every time.
+  const auto path = std::filesystem::temp_directory_path() / "celtune-test-tune-p80.sqlite";
+  std::filesystem::remove(path);
+  SyntheticGpu backend;
+  Problem p;
+  p.family = Family::flce, p.tokens = 24, p.hidden = 16, p.vocab = 300, p.dtype = DType::fp32;
+  const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
+  std::map<std::string, int> runs;
+  backend.ms = [&](const KernelConfig& c) { return c == def ? 1.0 : runs[to_string(c)]++ % 5 < 3 ? 0.9 : 1.5; };
+  TuneOptions o;
+  o.budget = 6, o.gemm_algos = 0;
+  o.plan.warmup = 1, o.plan.min_runs = 5, o.plan.max_runs = 5, o.plan.ci_target = 0;
+  {
+    db::Store store(path.string(), db::Access::read_write);
+    const TuneResult r = tune_problem(backend, store, p, o);
+    CHECK(r.best == def);
+    CHECK(r.speedup == doctest::Approx(1.0));
+  }
+  // Steady and faster: it wins.
+  backend.ms = [&](const KernelConfig& c) { return c == def ? 1.0 : 0.9; };
+  std::filesystem::remove(path);
+  {
+    db::Store store(path.string(), db::Access::read_write);
+    const TuneResult r = tune_problem(backend, store, p, o);
+    CHECK_FALSE(r.best == def);
+    CHECK(r.speedup == doctest::Approx(1.0 / 0.9));
   }
   std::filesystem::remove(path);
 }

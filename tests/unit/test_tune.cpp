@@ -4,8 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <map>
 #include <functional>
+#include <map>
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/space.hpp"

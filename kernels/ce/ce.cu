@@ -1102,7 +1102,7 @@ __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse
     if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) {
       // dZ_iy = c·(zl·p_y − 1)·(1 − (ẑ_y/s)²), p_y − 1 in fp32 before rounding.
       const float zy = z_target[row], t = zy / s;
-      const float dz = (zl * expf(zy - L) - 1.0f) * (1.0f - t * t);
+      const float dz = (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
       static_cast<T*>(v.tile)[i * v.ld + (y - v.v0)] = Conv<T>::from(dz * expf(L - s) / zl);  // = c·dz / a
     }
   }
@@ -1393,23 +1393,12 @@ void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, con
 // elements (hidden), a few MB in all next to the GEMMs' hundreds.
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
                     int64_t hidden, void* x_scaled, float* row_scale, cudaStream_t st) {
+  // bf16 only (sm90_scaled_dz, variants.hpp: fp16 cannot hold q).
+  if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
   if (v.rows == 0) return;
-  const auto blocks = static_cast<unsigned>(v.rows);
-  switch (p.dtype) {
-    case DType::fp32:
-      scaled_dz_rows_kernel<float><<<blocks, 256, 0, st>>>(v, p, lse, z_target, static_cast<const float*>(x), hidden,
-                                                           static_cast<float*>(x_scaled), row_scale);
-      break;
-    case DType::bf16:
-      scaled_dz_rows_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(v, p, lse, z_target,
-                                                                   static_cast<const __nv_bfloat16*>(x), hidden,
-                                                                   static_cast<__nv_bfloat16*>(x_scaled), row_scale);
-      break;
-    case DType::fp16:
-      scaled_dz_rows_kernel<__half><<<blocks, 256, 0, st>>>(v, p, lse, z_target, static_cast<const __half*>(x), hidden,
-                                                            static_cast<__half*>(x_scaled), row_scale);
-      break;
-  }
+  scaled_dz_rows_kernel<<<static_cast<unsigned>(v.rows), 256, 0, st>>>(
+      v, p, lse, z_target, static_cast<const __nv_bfloat16*>(x), hidden, static_cast<__nv_bfloat16*>(x_scaled),
+      row_scale);
   CELTUNE_LAUNCHED();
 }
 

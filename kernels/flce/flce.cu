@@ -117,8 +117,7 @@ struct Layout {
     db_acc = flce && bwd && p.bias;
     fused = flce && c.impl == KernelConfig::Impl::fused;
     dw_cutlass = fused && dw_variant(c) >= 0;
-    scaled_dz = fused && bwd && one_pass &&
-                sm90_scaled_dz(p.dtype == DType::bf16, p.loss.softcap, p.loss.label_smoothing, p.loss.z_loss);
+    scaled_dz = sm90_scaled_dz(p, c);
     if (!flce) {
       ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
       ce_spread = c.fused && ce_splits > kCeMaxClusterBlocks;

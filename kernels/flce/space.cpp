@@ -50,9 +50,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f) {
   int64_t part_row =
       (p.vocab + kSm90LogitsBlockN[0] - 1) / kSm90LogitsBlockN[0] * (p.loss.label_smoothing > 0 ? 12 : 8);
   // Without a dZ pass the partials' space also holds the scaled X, beside a row factor.
-  if (p.mode == Mode::forward_backward && f.one_pass(p) &&
-      sm90_scaled_dz(p.dtype == DType::bf16, p.loss.softcap, p.loss.label_smoothing, p.loss.z_loss))
-    part_row = std::max(part_row, 2 * p.hidden) + 4;
+  if (sm90_scaled_dz(p, f)) part_row = std::max(part_row, 2 * p.hidden) + 4;
   // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
   // state, and the full workspace), less the target logits and 8 KiB for pieces
   // starting on 256-byte boundaries.

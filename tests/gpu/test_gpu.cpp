@@ -401,6 +401,29 @@ TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accum
       }
 }
 
+TEST_CASE("impl fused: softcaps on both sides of the epilogue's fixed reference, large logits") {
+  // Up to kSm90FixedReferenceMaxSoftcap the epilogue sums exp(ẑ − s) in one pass;
+  // above it, exp(ẑ − m) over the row's max in two. Logits far past the cap put
+  // ẑ at ±s, where exp(ẑ − s) is smallest (e^(−80) at s = 40) and the scaled
+  // store's 1 − tanh² is tiny.
+  for (double cap : {static_cast<double>(kSm90FixedReferenceMaxSoftcap), 41.0, 4.0})
+    for (DType dt : {DType::bf16, DType::fp16})
+      for (Mode mode : {Mode::forward_backward, Mode::forward}) {
+        ValidationCase vc;
+        Problem& p = vc.problem;
+        p.family = Family::flce, p.tokens = 700, p.hidden = 136, p.vocab = 20011, p.dtype = dt, p.mode = mode;
+        p.loss.softcap = cap, p.bias = true;
+        vc.spec.logit_scale = 4.0 * cap;
+        vc.config.impl = KernelConfig::Impl::fused;
+        vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 256;
+        if (!fused_runs(p, vc.config)) return;
+        vc.spec.seed = next_seed();
+        vc.name = "fused, softcap " + std::to_string(cap) + " " + std::string(to_string(dt)) + " " + std::string(to_string(mode));
+        CAPTURE(vc.name);
+        expect_pass(vc);
+      }
+}
+
 TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every option it keeps, odd V, row chunks") {
   // sm90_scaled_dz (variants.hpp): the logits GEMM stores q, scaled_dz_rows writes
   // the row factors, patches the target and scales X; dX takes its factor after

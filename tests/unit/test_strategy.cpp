@@ -394,4 +394,17 @@ TEST_CASE("the fused one pass drops its dZ pass only where the row factor is saf
   CHECK_FALSE(sm90_scaled_dz(true, 30.0, 0.1, 0.0));   // label smoothing
   CHECK_FALSE(sm90_scaled_dz(true, 50.0, 0.0, 0.0));   // a_i up to e^100
   CHECK_FALSE(sm90_scaled_dz(true, 30.0, 0.0, 0.01));  // 2λs = 0.6: 1 + 2λL may vanish
+  // For a problem and config: impl fused, forward+backward, one pass.
+  Problem p;
+  p.family = Family::flce, p.tokens = 4096, p.hidden = 2304, p.vocab = 256000, p.dtype = DType::bf16;
+  p.loss.softcap = 30.0;
+  KernelConfig c;
+  c.impl = KernelConfig::Impl::fused, c.v_chunk = 0;
+  CHECK(sm90_scaled_dz(p, c));
+  c.v_chunk = 32768;  // two passes: dZ comes from the final LSE in pass 2
+  CHECK_FALSE(sm90_scaled_dz(p, c));
+  c.v_chunk = 0, c.impl = KernelConfig::Impl::cublaslt;
+  CHECK_FALSE(sm90_scaled_dz(p, c));
+  c.impl = KernelConfig::Impl::fused, p.mode = Mode::forward;
+  CHECK_FALSE(sm90_scaled_dz(p, c));
 }

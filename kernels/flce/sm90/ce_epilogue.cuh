@@ -6,16 +6,19 @@
 //   z = round(acc) to the input dtype   (stored to the tile when StoreTile: the
 //                                        same raw logits the cuBLASLt path writes)
 //   ẑ = softcap(z + b)                   (flce-math.md step 2)
-//   per row, over the tile's BLOCK_N columns: m = max ẑ, d = Σ exp(ẑ − m), and
-//   Σẑ when label smoothing needs it (steps 3–4), written as one partial per row
-//   and tile to [tiles_n][rows_pad], no atomics; merge_stats (stats.cu) folds them.
+//   per row, over the tile's BLOCK_N columns: a reference m and d = Σ exp(ẑ − m),
+//   and Σẑ when label smoothing needs it (steps 3–4), written as one partial per
+//   row and tile to [tiles_n][rows_pad], no atomics; merge_stats (stats.cu) folds
+//   them. With a softcap s (up to kSm90FixedReferenceMaxSoftcap), m = s: ẑ ≤ s
+//   bounds every term, so one pass does it all; otherwise m = the row's max over
+//   the tile, a second pass over the ẑ it kept.
 //   ẑ at the row's target, by the one thread that holds that column.
 //   With scaled_dz (softcap on, bf16; flce.cu says when), the tile holds instead
-//   q = exp(ẑ − s)·(1 − (ẑ/s)²), stored after the sums: dZ = a_i·q off the
-//   target, a_i = c_i·(1 + 2λL_i)·exp(s − L_i) per row (flce-math.md's backward
-//   with ε = 0), so the dZ pass over the tile is not needed. ẑ < s bounds q by 1
-//   and the factor by e^(2s); exp(ẑ − m) is the sum's own term, so the store
-//   costs one exponential a row, not one an element.
+//   q = exp(ẑ − s)·(1 − tanh²(z/s)): dZ = a_i·q off the target,
+//   a_i = c_i·(1 + 2λL_i)·exp(s − L_i) per row (flce-math.md's backward with
+//   ε = 0), so the dZ pass over the tile is not needed. ẑ < s bounds q by 1 and
+//   the factor by e^(2s); exp(ẑ − s) is the sum's own term, so q costs no
+//   exponential of its own.
 // Rounding before the statistics makes the LSE that of the stored logits, so
 // p = exp(ẑ − L) sums to one over what the dZ kernel reads, and the target's ẑ
 // taken here is the same number: for a confident row L − ẑ_y is small, and a
@@ -41,6 +44,7 @@
 #include "cutlass/epilogue/collective/detail.hpp"
 #include "kernels/device_math.cuh"
 #include "kernels/flce/sm90/fused.hpp"
+#include "kernels/flce/sm90/variants.hpp"
 
 namespace celtune::cuda::sm90 {
 
@@ -108,7 +112,9 @@ class CeStatsEpilogue {
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& a) {
-    return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr) && (!a.scaled_dz || a.softcap > 0.0f);
+    // scaled_dz: q comes from the one-pass sums, which need a bounded softcap.
+    return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr) &&
+           (!a.scaled_dz || (StoreTile && a.softcap > 0.0f && a.softcap <= kSm90FixedReferenceMaxSoftcap));
   }
 
   CUTLASS_HOST_DEVICE explicit CeStatsEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
@@ -139,7 +145,6 @@ class CeStatsEpilogue {
     constexpr int kR = decltype(size<0>(acc))::value, kC = decltype(size<1>(acc))::value;
     static_assert(kC % 2 == 0, "columns come in adjacent pairs");
 
-    float zh[kR][kC];  // ẑ, or −inf past the vocabulary's end
     float mx[kR], sum[kR], sz[kR];
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kR; ++r) mx[r] = -INFINITY, sum[r] = 0.0f, sz[r] = 0.0f;
@@ -158,11 +163,22 @@ class CeStatsEpilogue {
       if (y >= n0 && y < n0 + valid_n) tcol[r] = static_cast<int>(y - n0);
     }
 
-    const bool scaled = StoreTile && params.scaled_dz;
-    // Pass 1: round, store (z; q is stored after pass 2), bias, softcap, row max
-    // (and Σẑ). The branches are taken once per tile: each side is one straight
-    // run of code.
-    auto logits = [&](auto capped, auto store_z) {
+    // ẑ at a row's target, written by the thread that holds its column pair.
+    auto target = [&](int r, int c, int col, float x0, float x1) {
+      if ((tcol[r] >> 1) == (col >> 1))  // the target is column col or col + 1
+        params.z_target[m0 + get<0>(crd(r, c))] = (tcol[r] & 1) ? x1 : x0;
+    };
+    auto store_pair = [&](int row, int col, bool ok1, Element q0, Element q1) {
+      Element* at = params.tile + (m0 + row) * params.ld_tile + n0 + col;
+      if (ok1)
+        *reinterpret_cast<uint32_t*>(at) = uint32_t(q0.raw()) | (uint32_t(q1.raw()) << 16);
+      else
+        *at = q0;
+    };
+    // Every adjacent column pair of each row this thread holds: f(r, c, row, col,
+    // ok0, ok1, x0, x1, q0, q1) with the pair rounded to the input dtype (q) and
+    // with its bias added (x); ok: the column is inside the vocabulary.
+    auto each_pair = [&](auto&& f) {
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kC; c += 2) {
         const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
@@ -175,90 +191,84 @@ class CeStatsEpilogue {
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) {
           const Element q0(acc(r, c)), q1(acc(r, c + 1));
-          if constexpr (decltype(store_z)::value) {
-            const int row = get<0>(crd(r, c));
-            if (row < valid_m && ok0) {
-              Element* at = params.tile + (m0 + row) * params.ld_tile + n0 + col;
-              if (ok1)
-                *reinterpret_cast<uint32_t*>(at) = uint32_t(q0.raw()) | (uint32_t(q1.raw()) << 16);
-              else
-                *at = q0;
-            }
-          }
-          float x0 = static_cast<float>(q0) + b0, x1 = static_cast<float>(q1) + b1;
+          f(r, c, get<0>(crd(r, c)), col, ok0, ok1, static_cast<float>(q0) + b0, static_cast<float>(q1) + b1, q0, q1);
+        }
+      }
+    };
+
+    if (params.softcap > 0.0f && params.softcap <= kSm90FixedReferenceMaxSoftcap) {
+      // One pass: with a softcap, ẑ ≤ s, so exp(ẑ − s) cannot overflow, and for
+      // s ≤ kSm90FixedReferenceMaxSoftcap it stays above FLT_MIN (≥ e^(−2s)): the row
+      // needs no max, and the partial's reference is s. No ẑ is kept for a second
+      // pass (128 registers a thread fewer), and with scaled_dz the sum's own term
+      // gives q = exp(ẑ − s)·(1 − tanh²) with no row factor; 1 − tanh² comes from
+      // the softcap's own exponential (softcap_fast), accurate where 1 − (ẑ/s)² would
+      // cancel (|z| ≫ s).
+      const float ref = params.softcap * kLog2e;
+      auto bounded = [&](auto store_q, auto store_z) {
+        each_pair([&](int r, int c, int row, int col, bool ok0, bool ok1, float z0, float z1, Element q0, Element q1) {
+          if constexpr (decltype(store_z)::value)
+            if (row < valid_m && ok0) store_pair(row, col, ok1, q0, q1);
+          float g0, g1;
+          const float x0 = softcap_fast(z0, params.softcap, inv_cap, &g0);
+          const float x1 = softcap_fast(z1, params.softcap, inv_cap, &g1);
+          target(r, c, col, x0, x1);
+          const float e0 = ok0 ? exp2_approx(x0 * kLog2e - ref) : 0.0f;
+          const float e1 = ok1 ? exp2_approx(x1 * kLog2e - ref) : 0.0f;
+          sum[r] += e0 + e1;
+          if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
+          if constexpr (decltype(store_q)::value)
+            if (row < valid_m && ok0) store_pair(row, col, ok1, Element(e0 * g0), Element(e1 * g1));
+        });
+      };
+      if (StoreTile && params.scaled_dz)
+        bounded(cute::true_type{}, cute::false_type{});
+      else
+        bounded(cute::false_type{}, cute::bool_constant<StoreTile>{});
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kR; ++r) mx[r] = params.softcap;
+    } else {
+      // Two passes: round, store z, bias, softcap (above kSm90FixedReferenceMaxSoftcap),
+      // row max (and Σẑ); then Σ exp(ẑ − m) with the quad's max. The branch is
+      // taken once per tile: each side is one straight run of code.
+      float zh[kR][kC];  // ẑ, or −inf past the vocabulary's end
+      auto logits = [&](auto capped) {
+        each_pair([&](int r, int c, int row, int col, bool ok0, bool ok1, float x0, float x1, Element q0, Element q1) {
+          if constexpr (StoreTile)
+            if (row < valid_m && ok0) store_pair(row, col, ok1, q0, q1);
           if constexpr (decltype(capped)::value) {
             x0 = softcap_fast(x0, params.softcap, inv_cap);
             x1 = softcap_fast(x1, params.softcap, inv_cap);
           }
           zh[r][c] = ok0 ? x0 : -INFINITY;
           zh[r][c + 1] = ok1 ? x1 : -INFINITY;
-          if ((tcol[r] >> 1) == (col >> 1))  // the target is column col or col + 1
-            params.z_target[m0 + get<0>(crd(r, c))] = (tcol[r] & 1) ? x1 : x0;
+          target(r, c, col, x0, x1);
           mx[r] = fmaxf(mx[r], fmaxf(zh[r][c], zh[r][c + 1]));  // fmaxf drops NaN; the sum below carries it
           if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
-        }
-      }
-    };
-    using StoreZ = cute::bool_constant<StoreTile>;
-    if (scaled)
-      logits(cute::true_type{}, cute::false_type{});
-    else if (params.softcap > 0.0f)
-      logits(cute::true_type{}, StoreZ{});
-    else
-      logits(cute::false_type{}, StoreZ{});
-
-    // The quad that shares a row holds all of its BLOCK_N columns.
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kR; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    // Pass 2: Σ exp(ẑ − m). Masked columns give exp(−inf) = 0; a NaN logit (or a
-    // row of them, m = −inf) makes the sum NaN, and the loss with it. scaled: zh
-    // becomes exp(ẑ − m)·(1 − (ẑ/s)²), q up to the row's exp(m − s).
-    auto sums = [&](auto keep_q) {
+        });
+      };
+      if (params.softcap > 0.0f)
+        logits(cute::true_type{});
+      else
+        logits(cute::false_type{});
+      // The quad that shares a row holds all of its BLOCK_N columns. Masked
+      // columns give exp(−inf) = 0; a NaN logit (or a row of them, m = −inf)
+      // makes the sum NaN, and the loss with it.
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kR; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < kC; ++c) {
-          const float e = exp_fast(zh[r][c] - mx[r]);
-          sum[r] += e;
-          if constexpr (decltype(keep_q)::value) {
-            const float t = zh[r][c] * inv_cap;
-            zh[r][c] = e * (1.0f - t * t);
-          }
-        }
-        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-        if (smoothing) {
-          sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 1);
-          sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 2);
-        }
+        for (int c = 0; c < kC; ++c) sum[r] += exp_fast(zh[r][c] - mx[r]);
       }
-    };
-    if (scaled)
-      sums(cute::true_type{});
-    else
-      sums(cute::false_type{});
-    if constexpr (StoreTile) {
-      if (scaled) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kR; ++r) {
-          const int row = get<0>(crd(r, 0));
-          if (row >= valid_m) continue;
-          const float k = exp_fast(mx[r] - params.softcap);  // ≥ the product: nothing underflows early
-          Element* line = params.tile + (m0 + row) * params.ld_tile + n0;
-          CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kC; c += 2) {
-            const int col = get<1>(crd(r, c));
-            if (col >= valid_n) continue;
-            const Element q0(zh[r][c] * k), q1(zh[r][c + 1] * k);
-            if (col + 1 < valid_n)
-              *reinterpret_cast<uint32_t*>(line + col) = uint32_t(q0.raw()) | (uint32_t(q1.raw()) << 16);
-            else
-              line[col] = q0;
-          }
-        }
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      if (smoothing) {
+        sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 1);
+        sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 2);
       }
     }
     if (thread_idx % 4 != 0) return;  // one lane of the quad writes the row's partial

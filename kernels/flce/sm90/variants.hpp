@@ -17,6 +17,11 @@
 // sat at 85% of L2 throughput, and a 256×128 cooperative tile whose 1×2 cluster
 // multicasts the dZ slab halves that traffic (27.1 against 28.4 ms per step).
 // One row each keeps the CI build to eight CUTLASS units (~1–2 minutes each).
+#pragma once
+
+#include "model/config.hpp"
+#include "model/problem.hpp"
+
 #define CELTUNE_SM90_LOGITS_VARIANTS(X) X(0, 128, 256, 64, 2, 1, false, "128x256x64_2x1x1_coop")
 #define CELTUNE_SM90_DW_VARIANTS(X) X(0, 256, 128, 64, 1, 2, false, "256x128x64_1x2x1_coop")
 
@@ -71,6 +76,19 @@ inline bool sm90_scaled_dz(bool bf16, double softcap, double label_smoothing, do
   return bf16 && softcap > 0.0 && softcap <= kSm90ScaledDzMaxSoftcap && label_smoothing == 0.0 &&
          2.0 * z_loss * softcap < 0.5;
 }
+// The same for a problem and config: a fused forward+backward in one pass.
+inline bool sm90_scaled_dz(const celtune::Problem& p, const celtune::KernelConfig& c) {
+  using namespace celtune;
+  return p.family == Family::flce && c.impl == KernelConfig::Impl::fused && p.mode == Mode::forward_backward &&
+         c.one_pass(p) && sm90_scaled_dz(p.dtype == DType::bf16, p.loss.softcap, p.loss.label_smoothing, p.loss.z_loss);
+}
+
+// Up to this softcap the epilogue sums exp(ẑ − s) in one pass, with s as every
+// row's reference instead of its max (ce_epilogue.cuh): ẑ ≤ s, and
+// exp(ẑ − s) ≥ e^(−2s) stays a normal float (e^(−80) ≈ 1.8e-35 > FLT_MIN).
+// The scaled store builds q from those terms, so it needs this path.
+inline constexpr float kSm90FixedReferenceMaxSoftcap = 40.0f;
+static_assert(kSm90ScaledDzMaxSoftcap <= kSm90FixedReferenceMaxSoftcap);
 
 // Entry points defined by the translation units.
 #define CELTUNE_SM90_LOGITS_FN(idx, dt, store) logits_v##idx##_##dt##_##store

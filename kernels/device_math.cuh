@@ -6,6 +6,7 @@
 namespace celtune::cuda {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 
 // 2^x on the special-function unit (ex2.approx: 2 ulp, flushes denormal results
 // to zero, which an exponential's sum never misses; −inf gives 0, NaN stays
@@ -40,6 +41,18 @@ __device__ __forceinline__ float softcap_fast(float x, float s, float inv_s, flo
   const float r = __fdividef(1.0f, 1.0f + e);  // (1 − e)·r is __fdividef(1 − e, 1 + e) bit for bit
   *dtanh = 4.0f * e * r * r;
   return copysignf(s * ((1.0f - e) * r), t);
+}
+// The same tanh scaled by c: c·tanh(x/s), given k = −2·log2(e)/s, with e and
+// r = 1/(1 + e) for the caller. tanh|t| = 2r − 1, so it is one FMA from r:
+// the fused GEMM's epilogue takes c = s·log2(e) and gets ẑ in log2 units, the
+// exponent of its sum one FADD away (with the epilogue's other changes of
+// 2026-11-24, its instructions fell by a fifth: docs/results.md). 2r − 1
+// cancels near t = 0: an absolute error of a few ulp of c, the order of
+// softcap_fast's.
+__device__ __forceinline__ float softcap_scaled(float x, float k, float c, float* e, float* r) {
+  *e = exp2_approx(fabsf(x) * k);
+  *r = __fdividef(1.0f, 1.0f + *e);
+  return copysignf(fmaf(*r, 2.0f * c, -c), x);
 }
 __device__ __forceinline__ float softcap_fast(float x, float s, float inv_s) {
   float unused;

@@ -58,7 +58,24 @@ CUTE_HOST_DEVICE constexpr auto rowcol(Layout l) {
   return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
 }
 
-CUTLASS_DEVICE float exp_fast(float x) { return exp2_approx(x * kLog2e); }
+// Two accumulators rounded to the 16-bit input dtype in one conversion: the
+// pair's bits (column c in the low half, as the tile stores them) and the two
+// rounded values back in fp32.
+template <class Element>
+CUTLASS_DEVICE uint32_t round_pair(float a0, float a1, float& f0, float& f1) {
+  if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(a0, a1);
+    const uint32_t bits = reinterpret_cast<const uint32_t&>(p);
+    f0 = __uint_as_float(bits << 16), f1 = __uint_as_float(bits & 0xffff0000u);
+    return bits;
+  } else {
+    static_assert(cute::is_same_v<Element, cutlass::half_t>, "bf16 or fp16");
+    const __half2 p = __floats2half2_rn(a0, a1);
+    const float2 f = __half22float2(p);
+    f0 = f.x, f1 = f.y;
+    return reinterpret_cast<const uint32_t&>(p);
+  }
+}
 
 // The tile is stored straight from registers, two elements a store. Staging it in
 // shared memory for coalesced 16-byte stores measured slower (Gemma-2-2B 9%, H100):
@@ -168,32 +185,43 @@ class CeStatsEpilogue {
       if ((tcol[r] >> 1) == (col >> 1))  // the target is column col or col + 1
         params.z_target[m0 + get<0>(crd(r, c))] = (tcol[r] & 1) ? x1 : x0;
     };
-    auto store_pair = [&](int row, int col, bool ok1, Element q0, Element q1) {
+    auto store_pair = [&](int row, int col, bool ok1, uint32_t bits) {
       Element* at = params.tile + (m0 + row) * params.ld_tile + n0 + col;
       if (ok1)
-        *reinterpret_cast<uint32_t*>(at) = uint32_t(q0.raw()) | (uint32_t(q1.raw()) << 16);
+        *reinterpret_cast<uint32_t*>(at) = bits;
       else
-        *at = q0;
+        *reinterpret_cast<uint16_t*>(at) = static_cast<uint16_t>(bits);
     };
     // Every adjacent column pair of each row this thread holds: f(r, c, row, col,
-    // ok0, ok1, x0, x1, q0, q1) with the pair rounded to the input dtype (q) and
-    // with its bias added (x); ok: the column is inside the vocabulary.
-    auto each_pair = [&](auto&& f) {
+    // ok0, ok1, x0, x1, bits) with the pair rounded to the input dtype (bits, as
+    // the tile stores them) and with its bias added (x); ok: the column is inside
+    // the vocabulary. has_bias is a compile-time flag: without a bias the loop
+    // carries no test and no add for it.
+    auto each_pair = [&](auto has_bias, auto&& f) {
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kC; c += 2) {
         const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
         const bool ok0 = col < valid_n, ok1 = col + 1 < valid_n;
         float b0 = 0.0f, b1 = 0.0f;
-        if (params.bias) {
+        if constexpr (decltype(has_bias)::value) {
           if (ok0) b0 = static_cast<float>(params.bias[n0 + col]);
           if (ok1) b1 = static_cast<float>(params.bias[n0 + col + 1]);
         }
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) {
-          const Element q0(acc(r, c)), q1(acc(r, c + 1));
-          f(r, c, get<0>(crd(r, c)), col, ok0, ok1, static_cast<float>(q0) + b0, static_cast<float>(q1) + b1, q0, q1);
+          float x0, x1;
+          const uint32_t bits = round_pair<Element>(acc(r, c), acc(r, c + 1), x0, x1);
+          if constexpr (decltype(has_bias)::value) x0 += b0, x1 += b1;
+          f(r, c, get<0>(crd(r, c)), col, ok0, ok1, x0, x1, bits);
         }
       }
+    };
+    // Runs g(has_bias) with the flag as a compile-time constant.
+    auto with_bias = [&](auto&& g) {
+      if (params.bias)
+        g(cute::true_type{});
+      else
+        g(cute::false_type{});
     };
 
     if (params.softcap > 0.0f && params.softcap <= kSm90FixedReferenceMaxSoftcap) {
@@ -202,29 +230,38 @@ class CeStatsEpilogue {
       // needs no max, and the partial's reference is s. No ẑ is kept for a second
       // pass (128 registers a thread fewer), and with scaled_dz the sum's own term
       // gives q = exp(ẑ − s)·(1 − tanh²) with no row factor; 1 − tanh² comes from
-      // the softcap's own exponential (softcap_fast), accurate where 1 − (ẑ/s)² would
-      // cancel (|z| ≫ s).
-      const float ref = params.softcap * kLog2e;
-      auto bounded = [&](auto store_q, auto store_z) {
-        each_pair([&](int r, int c, int row, int col, bool ok0, bool ok1, float z0, float z1, Element q0, Element q1) {
+      // the softcap's own exponential (softcap_scaled), accurate where 1 − (ẑ/s)²
+      // would cancel (|z| ≫ s). ẑ is taken in log2 units, y = ẑ·log2(e) =
+      // sl·tanh(z/s) with sl = s·log2(e): the sum's exponent is then y − sl, one add.
+      const float sl = params.softcap * kLog2e, k = -2.0f * kLog2e * inv_cap;
+      auto bounded = [&](auto has_bias, auto store_q, auto store_z) {
+        each_pair(has_bias, [&](int r, int c, int row, int col, bool ok0, bool ok1, float z0, float z1, uint32_t bits) {
           if constexpr (decltype(store_z)::value)
-            if (row < valid_m && ok0) store_pair(row, col, ok1, q0, q1);
-          float g0, g1;
-          const float x0 = softcap_fast(z0, params.softcap, inv_cap, &g0);
-          const float x1 = softcap_fast(z1, params.softcap, inv_cap, &g1);
-          target(r, c, col, x0, x1);
-          const float e0 = ok0 ? exp2_approx(x0 * kLog2e - ref) : 0.0f;
-          const float e1 = ok1 ? exp2_approx(x1 * kLog2e - ref) : 0.0f;
-          sum[r] += e0 + e1;
-          if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
-          if constexpr (decltype(store_q)::value)
-            if (row < valid_m && ok0) store_pair(row, col, ok1, Element(e0 * g0), Element(e1 * g1));
+            if (row < valid_m && ok0) store_pair(row, col, ok1, bits);
+          float e0, e1, r0, r1;
+          const float y0 = softcap_scaled(z0, k, sl, &e0, &r0);
+          const float y1 = softcap_scaled(z1, k, sl, &e1, &r1);
+          target(r, c, col, y0 * kLn2, y1 * kLn2);
+          const float t0 = ok0 ? exp2_approx(y0 - sl) : 0.0f;
+          const float t1 = ok1 ? exp2_approx(y1 - sl) : 0.0f;
+          sum[r] += t0 + t1;
+          if (smoothing) sz[r] += (ok0 ? y0 : 0.0f) + (ok1 ? y1 : 0.0f);
+          if constexpr (decltype(store_q)::value) {
+            // q = exp(ẑ − s)·(1 − tanh²), 1 − tanh² = 4e/(1 + e)² = 4e·r².
+            float u0, u1;
+            if (row < valid_m && ok0)
+              store_pair(row, col, ok1, round_pair<Element>(t0 * (4.0f * e0 * r0 * r0), t1 * (4.0f * e1 * r1 * r1), u0, u1));
+          }
         });
       };
-      if (StoreTile && params.scaled_dz)
-        bounded(cute::true_type{}, cute::false_type{});
-      else
-        bounded(cute::false_type{}, cute::bool_constant<StoreTile>{});
+      with_bias([&](auto has_bias) {
+        if (StoreTile && params.scaled_dz)
+          bounded(has_bias, cute::true_type{}, cute::false_type{});
+        else
+          bounded(has_bias, cute::false_type{}, cute::bool_constant<StoreTile>{});
+      });
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kR; ++r) sz[r] *= kLn2;  // Σẑ from Σy
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kR; ++r) mx[r] = params.softcap;
     } else {
@@ -232,10 +269,10 @@ class CeStatsEpilogue {
       // row max (and Σẑ); then Σ exp(ẑ − m) with the quad's max. The branch is
       // taken once per tile: each side is one straight run of code.
       float zh[kR][kC];  // ẑ, or −inf past the vocabulary's end
-      auto logits = [&](auto capped) {
-        each_pair([&](int r, int c, int row, int col, bool ok0, bool ok1, float x0, float x1, Element q0, Element q1) {
+      auto logits = [&](auto has_bias, auto capped) {
+        each_pair(has_bias, [&](int r, int c, int row, int col, bool ok0, bool ok1, float x0, float x1, uint32_t bits) {
           if constexpr (StoreTile)
-            if (row < valid_m && ok0) store_pair(row, col, ok1, q0, q1);
+            if (row < valid_m && ok0) store_pair(row, col, ok1, bits);
           if constexpr (decltype(capped)::value) {
             x0 = softcap_fast(x0, params.softcap, inv_cap);
             x1 = softcap_fast(x1, params.softcap, inv_cap);
@@ -247,10 +284,12 @@ class CeStatsEpilogue {
           if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
         });
       };
-      if (params.softcap > 0.0f)
-        logits(cute::true_type{});
-      else
-        logits(cute::false_type{});
+      with_bias([&](auto has_bias) {
+        if (params.softcap > 0.0f)
+          logits(has_bias, cute::true_type{});
+        else
+          logits(has_bias, cute::false_type{});
+      });
       // The quad that shares a row holds all of its BLOCK_N columns. Masked
       // columns give exp(−inf) = 0; a NaN logit (or a row of them, m = −inf)
       // makes the sum NaN, and the loss with it.
@@ -258,8 +297,9 @@ class CeStatsEpilogue {
       for (int r = 0; r < kR; ++r) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float ml = mx[r] * kLog2e;  // one FFMA an element: (ẑ − m)·log2(e) = ẑ·log2(e) − ml
         CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < kC; ++c) sum[r] += exp_fast(zh[r][c] - mx[r]);
+        for (int c = 0; c < kC; ++c) sum[r] += exp2_approx(fmaf(zh[r][c], kLog2e, -ml));
       }
     }
     CUTLASS_PRAGMA_UNROLL

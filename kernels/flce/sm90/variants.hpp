@@ -12,7 +12,11 @@
 // hand-written epilogue unchanged; `gpu_run.sh variants` times any row added
 // here): forward, Llama-3-8B N = 4096, 64×256 7.55 ms and 128×128 7.40 ms
 // against 6.38; forward+backward in 768-row chunks 23.15 and 22.86 against
-// 21.93; Gemma-2-2B 27.28 and 26.39 against 25.52. dW accumulates
+// 21.93; Gemma-2-2B 27.28 and 26.39 against 25.52. Again with the one-pass
+// softcapped epilogue (2026-11-24, H100, Gemma-2-2B N = 4096 forward): 8.07–8.13
+// and 8.38–8.44 ms against 7.85–8.01; with the epilogue skipped, 7.83–7.93 and
+// 8.22–8.28 against 6.56–6.71. Ping-pong does hide the epilogue, but its
+// mainloop alone runs 17–25% slower than this one's. dW accumulates
 // in place across row chunks with K = rows: at 896 rows a 128×128 ping-pong tile
 // sat at 85% of L2 throughput, and a 256×128 cooperative tile whose 1×2 cluster
 // multicasts the dZ slab halves that traffic (27.1 against 28.4 ms per step).

@@ -19,6 +19,14 @@ note() { summary+=("$1"); }
 } >"$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 note "revision $(cat $B/REVISION 2>/dev/null | tr '\n' ' ')"
+# The SM clock and the power draw, sampled every 500 ms while the steps run
+# (CLOCKS=0: not): both GPUs run GEMMs at their power limit, so the clock is
+# part of what a timing means. Read only; nothing is set.
+clock_pid=""
+if [ "${CLOCKS:-1}" = 1 ] && command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 500 >"$OUT/clocks.csv" 2>/dev/null &
+  clock_pid=$!
+fi
 for s in $steps; do
   case $s in
     suite)
@@ -347,6 +355,11 @@ for s in $steps; do
     *) echo "unknown step $s" ;;
   esac
 done
+if [ -n "$clock_pid" ]; then
+  kill "$clock_pid" 2>/dev/null; wait "$clock_pid" 2>/dev/null
+  note "$(python3 scripts/clock_summary.py "$OUT/clocks.csv")"
+  rm -f "$OUT/clocks.csv"
+fi
 echo
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}"

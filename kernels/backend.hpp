@@ -34,7 +34,7 @@ class Workload {
 // Ceilings measured on the device in the same run, for bench's ratios.
 struct Floors {
   bool available = false;
-  std::vector<double> gemm_ms;  // each GEMM the mode needs (logits, dX, dW), timed alone, full size
+  int gemms = 0;  // the GEMMs the mode needs (logits, dX, dW), full size: prepare_floor times them
   // The vocabulary width the GEMMs were timed at: V rounded up to a multiple of
   // 128. A full-width GEMM at an odd V (GPT-2's 50257) falls off cuBLASLt's fast
   // kernels and would make a fake-slow floor; a good implementation pays for
@@ -80,8 +80,15 @@ class Backend {
   // Random inputs resident on the device for timing.
   virtual std::unique_ptr<Workload> prepare(const Problem& p, uint64_t seed) = 0;
 
-  // GEMM and copy-bandwidth floors for a problem (GPU backends only).
+  // Copy-bandwidth floors for a problem, and what the GEMM floor is (GPU backends only).
   virtual Floors measure_floors(const Problem&) { return {}; }
+  // The GEMM floor as a workload: one run is each GEMM of Floors::gemms, one
+  // after another, on random inputs (the config is ignored), so that bench times
+  // it in rounds with the configs it is compared with. Both GPUs run these GEMMs
+  // at their power limit and the clock drifts over a run: timed apart, the same
+  // floor GEMM took 6.13 and 6.59 ms in two processes (H100, 2026-11-24). Null
+  // where there is none.
+  virtual std::unique_ptr<Workload> prepare_floor(const Problem&) { return nullptr; }
 
   // The SM clock now, in MHz, read without changing anything (0 where unknown).
   virtual double sm_clock_mhz() { return 0; }

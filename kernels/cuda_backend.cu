@@ -151,11 +151,64 @@ void run(Context& ctx, const DeviceProblem& d, const KernelConfig& c, cudaStream
     run_ce(ctx, d.p, c, d.args(), st);
 }
 
-class CudaWorkload : public Workload {
+// Milliseconds between CUDA events recorded around work on the default stream.
+class EventTimer {
  public:
-  // d_'s buffers are allocated on the caller's current device: the backend makes
-  // ctx's device current before constructing a workload.
-  CudaWorkload(Context& ctx, const Problem& p, uint64_t seed, size_t l2_bytes) : ctx_(ctx), d_(p) {
+  EventTimer() {
+    CELTUNE_CUDA(cudaEventCreate(&start_));
+    CELTUNE_CUDA(cudaEventCreate(&stop_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  template <typename F>
+  double operator()(F&& work) {
+    CELTUNE_CUDA(cudaEventRecord(start_, nullptr));
+    work();
+    CELTUNE_CUDA(cudaEventRecord(stop_, nullptr));
+    CELTUNE_CUDA(cudaEventSynchronize(stop_));
+    float ms = 0;
+    CELTUNE_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// A workload timed with CUDA events, whose cache flush writes twice the L2
+// between runs (METHOD.md), so a run never finds its inputs there. Buffers are
+// allocated on the caller's current device: the backend makes ctx's device
+// current before constructing a workload.
+class EventTimedWorkload : public Workload {
+ public:
+  EventTimedWorkload(Context& ctx, size_t l2_bytes) : ctx_(ctx), flush_(2 * l2_bytes) {}
+  void flush_caches() override {
+    DeviceScope on(ctx_.device());
+    CELTUNE_CUDA(cudaMemsetAsync(flush_.get(), static_cast<int>(++flushes_ & 0xff), flush_.bytes(), nullptr));
+  }
+
+ protected:
+  template <typename F>
+  double timed(F&& work) {
+    DeviceScope on(ctx_.device());
+    return timer_(work);
+  }
+  Context& ctx_;
+
+ private:
+  Buffer flush_;
+  EventTimer timer_;
+  unsigned flushes_ = 0;
+};
+
+class CudaWorkload : public EventTimedWorkload {
+ public:
+  CudaWorkload(Context& ctx, const Problem& p, uint64_t seed, size_t l2_bytes)
+      : EventTimedWorkload(ctx, l2_bytes), d_(p) {
     const auto N = p.tokens, H = p.hidden, V = p.vocab;
     if (p.family == Family::flce) {
       d_.x = Buffer(static_cast<size_t>(N * H * dtype_bytes(p.dtype)));
@@ -183,56 +236,73 @@ class CudaWorkload : public Workload {
     const float g = 1.0f;
     if (d_.grad_scale.bytes()) CELTUNE_CUDA(cudaMemcpy(d_.grad_scale.get(), &g, 4, cudaMemcpyHostToDevice));
     if (d_.grad_tokens.bytes()) fill_random(d_.grad_tokens.get(), N, DType::fp32, seed + 4, 1.0f);
-    // Writing twice the L2 between runs evicts the inputs (METHOD.md).
-    flush_ = Buffer(2 * l2_bytes);
-    CELTUNE_CUDA(cudaEventCreate(&start_));
-    CELTUNE_CUDA(cudaEventCreate(&stop_));
     CELTUNE_CUDA(cudaDeviceSynchronize());
   }
-  ~CudaWorkload() override {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
   double run_timed(const KernelConfig& c) override {
-    DeviceScope on(ctx_.device());
-    CELTUNE_CUDA(cudaEventRecord(start_, nullptr));
-    run(ctx_, d_, c, nullptr);
-    CELTUNE_CUDA(cudaEventRecord(stop_, nullptr));
-    CELTUNE_CUDA(cudaEventSynchronize(stop_));
-    float ms = 0;
-    CELTUNE_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms;
-  }
-  void flush_caches() override {
-    DeviceScope on(ctx_.device());
-    CELTUNE_CUDA(cudaMemsetAsync(flush_.get(), static_cast<int>(++flushes_ & 0xff), flush_.bytes(), nullptr));
+    return timed([&] { run(ctx_, d_, c, nullptr); });
   }
 
  private:
-  Context& ctx_;
   DeviceProblem d_;
-  Buffer flush_;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-  unsigned flushes_ = 0;
+};
+
+// The three full-size GEMMs of flce-math.md (the logits, dX, dW; forward: the
+// logits alone), one after another on random inputs, outputs in the input dtype:
+// the floor no fused schedule can beat. At V padded to a multiple of 128
+// (Floors::gemm_vocab says why); the padding costs at most 127/V of the work,
+// under 0.4% from V = 32000 up. The GEMMs get the default config's workspace:
+// what they pay, not less.
+class FloorWorkload : public EventTimedWorkload {
+ public:
+  FloorWorkload(Context& ctx, const Problem& p, size_t l2_bytes)
+      : EventTimedWorkload(ctx, l2_bytes), bwd_(p.mode == Mode::forward_backward) {
+    const int64_t N = p.tokens, H = p.hidden, V = padded_vocab(p);
+    const size_t e = static_cast<size_t>(dtype_bytes(p.dtype));
+    const cudaDataType_t ty = p.dtype == DType::bf16 ? CUDA_R_16BF : p.dtype == DType::fp16 ? CUDA_R_16F : CUDA_R_32F;
+    x_ = Buffer(checked_bytes(N, H, e)), w_ = Buffer(checked_bytes(V, H, e)), z_ = Buffer(checked_bytes(N, V, e));
+    fill_random(x_.get(), N * H, p.dtype, 1, 1.0f);
+    fill_random(w_.get(), V * H, p.dtype, 2, 0.05f);
+    fill_random(z_.get(), N * V, p.dtype, 3, 1e-3f);
+    if (bwd_) dx_ = Buffer(checked_bytes(N, H, e)), dw_ = Buffer(checked_bytes(V, H, e));
+    const size_t ws_bytes = size_t{KernelConfig::kDefaultWorkspaceMib} << 20;
+    ws_ = Buffer(ws_bytes);
+    CELTUNE_CUDA(cudaMemset(ws_.get(), 0, ws_bytes));
+    logits_ = GemmShape{ty, ty, true, false, V, N, H, H, H, V};
+    dx_shape_ = GemmShape{ty, ty, false, false, H, N, V, H, V, H};
+    dw_shape_ = GemmShape{ty, ty, false, true, H, V, N, H, V, H};
+    CELTUNE_CUDA(cudaDeviceSynchronize());
+  }
+  static int64_t padded_vocab(const Problem& p) { return (p.vocab + 127) / 128 * 128; }
+  double run_timed(const KernelConfig&) override {
+    const Workspace ws{ws_.get(), ws_.bytes()};
+    return timed([&] {
+      ctx_.gemm(logits_, w_.get(), x_.get(), z_.get(), 0.0f, nullptr, ws);
+      if (!bwd_) return;
+      ctx_.gemm(dx_shape_, w_.get(), z_.get(), dx_.get(), 0.0f, nullptr, ws);
+      ctx_.gemm(dw_shape_, x_.get(), z_.get(), dw_.get(), 0.0f, nullptr, ws);
+    });
+  }
+
+ private:
+  static size_t checked_bytes(int64_t rows, int64_t cols, size_t elem) {
+    int64_t n = 0;
+    if (__builtin_mul_overflow(rows, cols, &n) || __builtin_mul_overflow(n, static_cast<int64_t>(elem), &n))
+      fail_usage("the floor GEMMs' buffers overflow a 64-bit size");
+    return static_cast<size_t>(n);
+  }
+  bool bwd_;
+  Buffer x_, w_, z_, dx_, dw_, ws_;
+  GemmShape logits_{}, dx_shape_{}, dw_shape_{};
 };
 
 template <typename F>
 double median_ms(F&& f, int runs) {
-  cudaEvent_t a, b;
-  CELTUNE_CUDA(cudaEventCreate(&a));
-  CELTUNE_CUDA(cudaEventCreate(&b));
+  EventTimer timer;
   std::vector<double> t;
   for (int i = 0; i < runs + 3; ++i) {  // three warm-ups
-    CELTUNE_CUDA(cudaEventRecord(a, nullptr));
-    f();
-    CELTUNE_CUDA(cudaEventRecord(b, nullptr));
-    CELTUNE_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    CELTUNE_CUDA(cudaEventElapsedTime(&ms, a, b));
+    const double ms = timer(f);
     if (i >= 3) t.push_back(ms);
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -341,7 +411,6 @@ class CudaBackend : public Backend {
     DeviceScope on(ordinal_);
     Floors f;
     f.available = true;
-    const int64_t N = p.tokens, H = std::max<int64_t>(p.hidden, 8);
     const size_t e = static_cast<size_t>(dtype_bytes(p.dtype));
     {  // copy bandwidth: 2 GiB device-to-device, bytes read + written
       const size_t bytes = size_t{1} << 30;
@@ -362,32 +431,16 @@ class CudaBackend : public Backend {
       f.ce_copy_ms[bwd] = median_ms([&] { CELTUNE_CUDA(cudaMemcpyAsync(b.get(), a.get(), half, cudaMemcpyDeviceToDevice)); }, 20);
     }
     if (p.family != Family::flce) return f;
-    // The three full-size GEMMs of flce-math.md, each alone, on random inputs,
-    // outputs in the input dtype: the floor no fused schedule can beat. At V
-    // padded to a multiple of 128 (Floors::gemm_vocab says why); the padding
-    // costs at most 127/V of the work, under 0.4% from V = 32000 up.
-    const int64_t V = (p.vocab + 127) / 128 * 128;
-    f.gemm_vocab = V;
-    const cudaDataType_t ty = p.dtype == DType::bf16 ? CUDA_R_16BF : p.dtype == DType::fp16 ? CUDA_R_16F : CUDA_R_32F;
-    Buffer x(static_cast<size_t>(N * H) * e), w(static_cast<size_t>(V * H) * e), z(static_cast<size_t>(N * V) * e);
-    fill_random(x.get(), N * H, p.dtype, 1, 1.0f);
-    fill_random(w.get(), V * H, p.dtype, 2, 0.05f);
-    fill_random(z.get(), N * V, p.dtype, 3, 1e-3f);
-    Buffer dx(static_cast<size_t>(N * H) * e), dw(static_cast<size_t>(V * H) * e);
-    // The floor GEMMs get the default config's workspace: what they pay, not less.
-    const size_t ws_bytes = size_t{KernelConfig::kDefaultWorkspaceMib} << 20;
-    Buffer wsb(ws_bytes);
-    CELTUNE_CUDA(cudaMemset(wsb.get(), 0, ws_bytes));
-    const Workspace ws{wsb.get(), ws_bytes};
-    const GemmShape logits{ty, ty, true, false, V, N, H, H, H, V};
-    const GemmShape gdx{ty, ty, false, false, H, N, V, H, V, H};
-    const GemmShape gdw{ty, ty, false, true, H, V, N, H, V, H};
-    f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(logits, w.get(), x.get(), z.get(), 0.0f, nullptr, ws); }, 20));
-    if (p.mode == Mode::forward_backward) {
-      f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(gdx, w.get(), z.get(), dx.get(), 0.0f, nullptr, ws); }, 20));
-      f.gemm_ms.push_back(median_ms([&] { ctx_.gemm(gdw, x.get(), z.get(), dw.get(), 0.0f, nullptr, ws); }, 20));
-    }
+    f.gemm_vocab = FloorWorkload::padded_vocab(p);
+    f.gemms = p.mode == Mode::forward_backward ? 3 : 1;
     return f;
+  }
+
+  std::unique_ptr<Workload> prepare_floor(const Problem& p) override {
+    if (p.family != Family::flce) return nullptr;
+    p.validate();
+    DeviceScope on(ordinal_);
+    return std::make_unique<FloorWorkload>(ctx_, p, static_cast<size_t>(l2_bytes_));
   }
 
  private:

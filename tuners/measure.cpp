@@ -27,17 +27,26 @@ double median_ci_fraction(std::vector<double> ms) {
 }
 
 std::vector<double> time_runs(Workload& w, const KernelConfig& c, const TimingPlan& plan) {
-  for (int i = 0; i < plan.warmup; ++i) {
-    w.flush_caches();
-    w.run_timed(c);
-  }
-  std::vector<double> ms;
-  while (static_cast<int>(ms.size()) < plan.max_runs) {
-    w.flush_caches();
-    ms.push_back(w.run_timed(c));
-    if (static_cast<int>(ms.size()) >= plan.min_runs &&
-        (plan.ci_target <= 0 || median_ci_fraction(ms) <= plan.ci_target))
-      break;
+  return time_interleaved({TimedItem{&w, c}}, plan)[0];
+}
+
+std::vector<std::vector<double>> time_interleaved(const std::vector<TimedItem>& items, const TimingPlan& plan) {
+  for (const TimedItem& t : items)
+    for (int i = 0; i < plan.warmup; ++i) {
+      t.w->flush_caches();
+      t.w->run_timed(t.c);
+    }
+  std::vector<std::vector<double>> ms(items.size());
+  auto settled = [&] {
+    if (plan.ci_target <= 0) return true;
+    return std::all_of(ms.begin(), ms.end(), [&](const auto& s) { return median_ci_fraction(s) <= plan.ci_target; });
+  };
+  for (int round = 0; round < plan.max_runs; ++round) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      items[i].w->flush_caches();
+      ms[i].push_back(items[i].w->run_timed(items[i].c));
+    }
+    if (round + 1 >= plan.min_runs && settled()) break;
   }
   return ms;
 }

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/space.hpp"
@@ -245,4 +247,59 @@ TEST_CASE("a candidate faster at the median but slower at p80 than the default d
     CHECK(r.speedup == doctest::Approx(1.0 / 0.9));
   }
   std::filesystem::remove(path);
+}
+
+// bench times a problem's rows in rounds (tuners/measure.hpp): every item's
+// warm-ups first, then one run of each item a round in the items' order, each run
+// after a flush, and rounds past min_runs only while an item's median is unsettled.
+namespace {
+class LoggedWorkload : public Workload {
+ public:
+  LoggedWorkload(std::string name, std::vector<std::string>* log, std::function<double(int)> ms)
+      : name_(std::move(name)), log_(log), ms_(std::move(ms)) {}
+  double run_timed(const KernelConfig&) override {
+    log_->push_back(name_ + ":run");
+    return ms_(runs_++);
+  }
+  void flush_caches() override { log_->push_back(name_ + ":flush"); }
+
+ private:
+  std::string name_;
+  std::vector<std::string>* log_;
+  std::function<double(int)> ms_;
+  int runs_ = 0;
+};
+}  // namespace
+
+TEST_CASE("time_interleaved warms each item up, then times one run of each a round, each after a flush") {
+  std::vector<std::string> log;
+  LoggedWorkload a("a", &log, [](int i) { return 1.0 + i; }), b("b", &log, [](int) { return 5.0; });
+  TimingPlan plan;
+  plan.warmup = 2, plan.min_runs = 3, plan.max_runs = 3, plan.ci_target = 0;
+  const auto ms = time_interleaved({{&a, KernelConfig{}}, {&b, KernelConfig{}}}, plan);
+  const std::vector<std::string> want{"a:flush", "a:run", "a:flush", "a:run", "b:flush", "b:run", "b:flush", "b:run",
+                                      "a:flush", "a:run", "b:flush", "b:run", "a:flush", "a:run", "b:flush", "b:run",
+                                      "a:flush", "a:run", "b:flush", "b:run"};
+  CHECK(log == want);
+  REQUIRE(ms.size() == 2);
+  CHECK(ms[0] == std::vector<double>{3.0, 4.0, 5.0});  // after its two warm-ups
+  CHECK(ms[1] == std::vector<double>{5.0, 5.0, 5.0});
+  // One item: time_runs is the same timer.
+  log.clear();
+  CHECK(time_runs(b, KernelConfig{}, plan).size() == 3);
+  CHECK(log.size() == 10);
+}
+
+TEST_CASE("time_interleaved keeps adding rounds while any item's median is unsettled, up to max_runs") {
+  std::vector<std::string> log;
+  // a alternates 1 and 3 ms: its median's confidence interval never narrows to 1%.
+  LoggedWorkload a("a", &log, [](int i) { return i % 2 ? 3.0 : 1.0; }), b("b", &log, [](int) { return 2.0; });
+  TimingPlan plan;
+  plan.warmup = 0, plan.min_runs = 20, plan.max_runs = 50, plan.ci_target = 0.01;
+  auto ms = time_interleaved({{&a, KernelConfig{}}, {&b, KernelConfig{}}}, plan);
+  CHECK(ms[0].size() == 50);
+  CHECK(ms[1].size() == 50);  // b is settled, but rounds time every item
+  LoggedWorkload c("c", &log, [](int) { return 2.0; });
+  ms = time_interleaved({{&b, KernelConfig{}}, {&c, KernelConfig{}}}, plan);
+  CHECK(ms[0].size() == 20);  // both settled at min_runs
 }

@@ -28,35 +28,49 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 // s·tanh(x/s) given 1/s (flce-math.md's softcap), with one exp2 and one
 // reciprocal: tanh|t| = (1 − e)/(1 + e), e = exp(−2|t|) ∈ (0, 1], so nothing
 // overflows. Absolute error ≈ 1e-7·s (a few ulp of ẑ, far under a 16-bit input's
-// rounding); NaN stays NaN and ±inf gives ±s, as tanhf does. One form for the
-// fused GEMM's epilogue and the CE kernels, so the LSE the epilogue folds and the
-// ẑ the dZ kernel differentiates are the same numbers. (An IEEE division and
-// tanhf took the dZ kernel to 2.06 TB/s at Gemma-2-2B, 69% of a copy, on the
-// H100; an IEEE division and exp2f made Gemma-2-2B's fused forward 1.27× its GEMM.)
-// The same ẑ, and the chain factor dẑ/dx = 1 − tanh²(x/s) = 4e/(1 + e)² from the
-// same e and reciprocal: accurate where 1 − (ẑ/s)² cancels (|x| ≫ s, 1 − tanh → e).
-__device__ __forceinline__ float softcap_fast(float x, float s, float inv_s, float* dtanh) {
+// rounding); NaN stays NaN and ±inf gives ±s, as tanhf does. The CE kernels' form
+// (an IEEE division and tanhf took the dZ kernel to 2.06 TB/s at Gemma-2-2B, 69%
+// of a copy, on the H100), and the fused epilogue's where the softcap exceeds
+// kSm90FixedReferenceMaxSoftcap.
+__device__ __forceinline__ float softcap_fast(float x, float s, float inv_s) {
   const float t = x * inv_s;
   const float e = exp2_approx(-2.8853900817779268f * fabsf(t));  // 2·log2(e)
   const float r = __fdividef(1.0f, 1.0f + e);  // (1 − e)·r is __fdividef(1 − e, 1 + e) bit for bit
-  *dtanh = 4.0f * e * r * r;
   return copysignf(s * ((1.0f - e) * r), t);
 }
 // The same tanh scaled by c: c·tanh(x/s), given k = −2·log2(e)/s, with e and
-// r = 1/(1 + e) for the caller. tanh|t| = 2r − 1, so it is one FMA from r:
-// the fused GEMM's epilogue takes c = s·log2(e) and gets ẑ in log2 units, the
+// r = 1/(1 + e) for the caller. tanh|t| = 2r − 1, so it is one FMA from r: the
+// fused GEMM's epilogue takes c = s·log2(e) and gets ẑ in log2 units, the
 // exponent of its sum one FADD away (with the epilogue's other changes of
-// 2026-11-24, its instructions fell by a fifth: docs/results.md). 2r − 1
-// cancels near t = 0: an absolute error of a few ulp of c, the order of
-// softcap_fast's.
+// 2026-11-24, its instructions fell by a fifth: docs/results.md). 2r − 1 cancels
+// near t = 0: an absolute error of a few ulp of c, the order of softcap_fast's,
+// so the LSE the epilogue folds and the ẑ a CE kernel differentiates (a dZ pass
+// after the fused GEMM: fp16, label smoothing, caps above
+// kSm90FixedReferenceMaxSoftcap) differ by a few ulp. Not the CE kernels' form:
+// there it took the dZ kernel from 64 to 72 registers (3 instead of 4 blocks an
+// SM), and Gemma-2-2B's cuBLASLt step on the H200 from 30.6 to 31.7 ms in an A/B
+// (2026-11-24).
 __device__ __forceinline__ float softcap_scaled(float x, float k, float c, float* e, float* r) {
   *e = exp2_approx(fabsf(x) * k);
   *r = __fdividef(1.0f, 1.0f + *e);
   return copysignf(fmaf(*r, 2.0f * c, -c), x);
 }
-__device__ __forceinline__ float softcap_fast(float x, float s, float inv_s) {
-  float unused;
-  return softcap_fast(x, s, inv_s, &unused);
+// dẑ/dx = 1 − tanh²(x/s) = 4e/(1 + e)² = 4e·r², from softcap_scaled's e and r:
+// accurate where 1 − (ẑ/s)² cancels (|x| ≫ s, where 1 − tanh → 2e).
+__device__ __forceinline__ float softcap_dtanh(float e, float r) { return 4.0f * e * r * r; }
+
+// tanh on the special-function unit: one instruction where softcap_scaled takes
+// an exp2, a reciprocal and their FMAs, at a relative error of about 2⁻¹¹, so ẑ
+// = s·tanh is off by up to s·2⁻¹¹ (0.015 at s = 30). Only for statistics that no
+// gradient is formed against: the forward-only pass's loss and LSE, where the
+// logits' 16-bit rounding already moves ẑ by up to 0.04 at |x| ≈ 20. Measured
+// (docs/results.md, 2026-11-24): Gemma-2-2B's fused forward 1.07–1.15× → 0.98–1.01×
+// its GEMM on the H100, validate's errors against fp64 the same to their third
+// digit. Never for a chain factor: 1 − tanh² cancels where the softcap saturates.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace celtune::cuda

@@ -19,6 +19,8 @@
 //   ε = 0), so the dZ pass over the tile is not needed. ẑ < s bounds q by 1 and
 //   the factor by e^(2s); exp(ẑ − s) is the sum's own term, so q costs no
 //   exponential of its own.
+//   With approx_softcap (statistics only, for the forward alone), the bounded
+//   softcap is one tanh.approx (device_math.cuh's tanh_approx says why only there).
 // Rounding before the statistics makes the LSE that of the stored logits, so
 // p = exp(ẑ − L) sums to one over what the dZ kernel reads, and the target's ẑ
 // taken here is the same number: for a confident row L − ẑ_y is small, and a
@@ -58,23 +60,30 @@ CUTE_HOST_DEVICE constexpr auto rowcol(Layout l) {
   return make_layout(make_layout(get<0, 1>(l), get<1>(l)), make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
 }
 
-// Two accumulators rounded to the 16-bit input dtype in one conversion: the
-// pair's bits (column c in the low half, as the tile stores them) and the two
-// rounded values back in fp32.
+// Two fp32 values rounded to the 16-bit input dtype in one conversion: the pair's
+// bits, column c in the low half, as the tile stores them.
 template <class Element>
-CUTLASS_DEVICE uint32_t round_pair(float a0, float a1, float& f0, float& f1) {
+CUTLASS_DEVICE uint32_t pack_pair(float a0, float a1) {
   if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
     const __nv_bfloat162 p = __floats2bfloat162_rn(a0, a1);
-    const uint32_t bits = reinterpret_cast<const uint32_t&>(p);
-    f0 = __uint_as_float(bits << 16), f1 = __uint_as_float(bits & 0xffff0000u);
-    return bits;
+    return reinterpret_cast<const uint32_t&>(p);
   } else {
     static_assert(cute::is_same_v<Element, cutlass::half_t>, "bf16 or fp16");
     const __half2 p = __floats2half2_rn(a0, a1);
-    const float2 f = __half22float2(p);
-    f0 = f.x, f1 = f.y;
     return reinterpret_cast<const uint32_t&>(p);
   }
+}
+// The same, and the two rounded values back in fp32.
+template <class Element>
+CUTLASS_DEVICE uint32_t round_pair(float a0, float a1, float& f0, float& f1) {
+  const uint32_t bits = pack_pair<Element>(a0, a1);
+  if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
+    f0 = __uint_as_float(bits << 16), f1 = __uint_as_float(bits & 0xffff0000u);
+  } else {
+    const float2 f = __half22float2(reinterpret_cast<const __half2&>(bits));
+    f0 = f.x, f1 = f.y;
+  }
+  return bits;
 }
 
 // The tile is stored straight from registers, two elements a store. Staging it in
@@ -111,6 +120,7 @@ class CeStatsEpilogue {
     bool targets_i64 = true;
     float* z_target = nullptr;  // [rows]: ẑ at the row's target, or null
     bool scaled_dz = false;     // StoreTile: store q (file comment), not z; needs softcap
+    bool approx_softcap = false;  // !StoreTile: the bounded softcap as tanh.approx (file comment)
   };
   using Params = Arguments;
 
@@ -131,7 +141,8 @@ class CeStatsEpilogue {
   static bool can_implement(ProblemShape const&, Arguments const& a) {
     // scaled_dz: q comes from the one-pass sums, which need a bounded softcap.
     return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr) &&
-           (!a.scaled_dz || (StoreTile && a.softcap > 0.0f && a.softcap <= kSm90FixedReferenceMaxSoftcap));
+           (!a.scaled_dz || (StoreTile && a.softcap > 0.0f && a.softcap <= kSm90FixedReferenceMaxSoftcap)) &&
+           (!a.approx_softcap || !StoreTile);
   }
 
   CUTLASS_HOST_DEVICE explicit CeStatsEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
@@ -234,31 +245,42 @@ class CeStatsEpilogue {
       // would cancel (|z| ≫ s). ẑ is taken in log2 units, y = ẑ·log2(e) =
       // sl·tanh(z/s) with sl = s·log2(e): the sum's exponent is then y − sl, one add.
       const float sl = params.softcap * kLog2e, k = -2.0f * kLog2e * inv_cap;
-      auto bounded = [&](auto has_bias, auto store_q, auto store_z) {
+      auto bounded = [&](auto has_bias, auto store_q, auto store_z, auto approx) {
         each_pair(has_bias, [&](int r, int c, int row, int col, bool ok0, bool ok1, float z0, float z1, uint32_t bits) {
           if constexpr (decltype(store_z)::value)
             if (row < valid_m && ok0) store_pair(row, col, ok1, bits);
-          float e0, e1, r0, r1;
-          const float y0 = softcap_scaled(z0, k, sl, &e0, &r0);
-          const float y1 = softcap_scaled(z1, k, sl, &e1, &r1);
+          float e0, e1, r0, r1, y0, y1;
+          if constexpr (decltype(approx)::value) {
+            y0 = sl * tanh_approx(z0 * inv_cap), y1 = sl * tanh_approx(z1 * inv_cap);
+          } else {
+            y0 = softcap_scaled(z0, k, sl, &e0, &r0), y1 = softcap_scaled(z1, k, sl, &e1, &r1);
+          }
           target(r, c, col, y0 * kLn2, y1 * kLn2);
           const float t0 = ok0 ? exp2_approx(y0 - sl) : 0.0f;
           const float t1 = ok1 ? exp2_approx(y1 - sl) : 0.0f;
           sum[r] += t0 + t1;
           if (smoothing) sz[r] += (ok0 ? y0 : 0.0f) + (ok1 ? y1 : 0.0f);
           if constexpr (decltype(store_q)::value) {
-            // q = exp(ẑ − s)·(1 − tanh²), 1 − tanh² = 4e/(1 + e)² = 4e·r².
-            float u0, u1;
+            // q = exp(ẑ − s)·(1 − tanh²)
             if (row < valid_m && ok0)
-              store_pair(row, col, ok1, round_pair<Element>(t0 * (4.0f * e0 * r0 * r0), t1 * (4.0f * e1 * r1 * r1), u0, u1));
+              store_pair(row, col, ok1, pack_pair<Element>(t0 * softcap_dtanh(e0, r0), t1 * softcap_dtanh(e1, r1)));
           }
         });
       };
       with_bias([&](auto has_bias) {
-        if (StoreTile && params.scaled_dz)
-          bounded(has_bias, cute::true_type{}, cute::false_type{});
-        else
-          bounded(has_bias, cute::false_type{}, cute::bool_constant<StoreTile>{});
+        constexpr cute::true_type yes{};
+        constexpr cute::false_type no{};
+        if constexpr (StoreTile) {
+          if (params.scaled_dz)
+            bounded(has_bias, yes, no, no);
+          else
+            bounded(has_bias, no, yes, no);
+        } else {
+          if (params.approx_softcap)
+            bounded(has_bias, no, no, yes);
+          else
+            bounded(has_bias, no, no, no);
+        }
       });
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kR; ++r) sz[r] *= kLn2;  // Σẑ from Σy

@@ -65,6 +65,10 @@ struct LogitsArgs {
   // softcap): dZ up to a per-row factor, for the one-pass backward without a dZ
   // pass (ce_epilogue.cuh; when: sm90_scaled_dz, variants.hpp).
   bool scaled_dz = false;
+  // Statistics only (no tile), and no gradient will be formed against them: a
+  // softcap within kSm90FixedReferenceMaxSoftcap may take tanh.approx
+  // (device_math.cuh's tanh_approx: ẑ off by up to s·2⁻¹¹).
+  bool approx_softcap = false;
 };
 void logits_stats(int variant, DType t, const LogitsArgs& a, const Workspace& ws, cudaStream_t st);
 

@@ -249,13 +249,11 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
     std::string why;
     def_may_win = limits.supported(p, def, &why) && backend.scratch_bytes(p, def) <= o.max_scratch && gate(def).empty();
   }
-  std::vector<std::vector<double>> again(finalists.size());
-  const int rounds = std::max(o.plan.min_runs, 15);
-  for (int r = 0; r < rounds; ++r)
-    for (size_t f = 0; f < finalists.size(); ++f) {
-      workload->flush_caches();
-      again[f].push_back(workload->run_timed(finalists[f]));
-    }
+  std::vector<TimedItem> items;
+  for (const KernelConfig& f : finalists) items.push_back({workload.get(), f});
+  TimingPlan fin;  // all measured above already: no warm-up, a fixed number of rounds
+  fin.warmup = 0, fin.min_runs = fin.max_runs = std::max(o.plan.min_runs, 15), fin.ci_target = 0;
+  const auto again = time_interleaved(items, fin);
   std::vector<db::Stats> stats;
   for (const auto& samples : again) stats.push_back(summarize(samples));
   size_t win = 0;

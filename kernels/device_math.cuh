@@ -64,9 +64,9 @@ __device__ __forceinline__ float softcap_dtanh(float e, float r) { return 4.0f *
 // = s·tanh is off by up to s·2⁻¹¹ (0.015 at s = 30). Only for statistics that no
 // gradient is formed against: the forward-only pass's loss and LSE, where the
 // logits' 16-bit rounding already moves ẑ by up to 0.04 at |x| ≈ 20. Measured
-// (docs/results.md, 2026-11-24): Gemma-2-2B's fused forward 1.07–1.15× → 0.98–1.01×
-// its GEMM on the H100, validate's errors against fp64 the same to their third
-// digit. Never for a chain factor: 1 − tanh² cancels where the softcap saturates.
+// (docs/results.md, 2026-11-24, timed in rounds with its GEMM): Gemma-2-2B's
+// fused forward 1.17–1.22× → 1.10–1.19× its GEMM (H100 and H200), validate's
+// errors against fp64 the same to their third digit. Never for a chain factor: 1 − tanh² cancels where the softcap saturates.
 __device__ __forceinline__ float tanh_approx(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));

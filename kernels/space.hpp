@@ -71,8 +71,8 @@ std::optional<KernelConfig> ce_spread_default(const Problem& p);
 
 // The built-in default on a device: default_config(p), except where the fused
 // path measured faster and the device runs it (`runs`), in 16-bit: forward flce
-// takes flce_fused_forward (Llama-3-8B N=4096 on the H100: 1.02× one GEMM
-// against 1.14× for the cuBLASLt default; Gemma-2-2B, GPT-2 likewise ahead), and
+// takes flce_fused_forward (the ping-pong logits GEMM; Llama-3-8B N=4096 on the
+// H100: 1.01× one GEMM, timed in rounds; Gemma-2-2B, GPT-2 likewise ahead), and
 // forward+backward at H ≥ 4096 with V ≥ 65536 takes flce_fused_forward_backward
 // (flce/space.cpp gives the measurements); ce takes ce_fused_default. The
 // runtime, bench and tune all start from this.

@@ -388,7 +388,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     g.scaled_dz = store && L.scaled_dz;
     // The forward alone: only the loss and the LSE come out, and no dZ is formed
     // from them here (the two-pass backward's first pass forms dZ against this LSE,
-    // so it keeps the exact softcap). Gemma-2-2B's forward: 1.07–1.15× → ~1.0× its GEMM.
+    // so it keeps the exact softcap). Gemma-2-2B's forward, timed in rounds with
+    // its GEMM: 1.17–1.22× → 1.10–1.19× (docs/results.md, 2026-11-24).
     g.approx_softcap = !L.bwd;
     sm90::logits_stats(lv, p.dtype, g, ws, st);
     sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,

@@ -85,13 +85,21 @@ KernelConfig flce_fused_forward(const Problem& p) {
   // instead: the CTAs that run together walk down M sharing one W tile, and
   // re-read X from DRAM for every W tile once X outgrows L2 (Llama-3-8B forward
   // on the H100: 1.02× one GEMM at 4096 rows in one chunk, 1.16× at 16384).
-  // 32 MiB of 16-bit X, in whole clusters of the logits GEMM.
-  constexpr int64_t kFwdChunkElems = int64_t{16} << 20;
-  const int64_t cluster_rows = kSm90LogitsClusterRows[0];
+  // 32 MiB of 16-bit X, in whole clusters of the logits GEMM, and at most 32 MiB
+  // of its statistics partials (one a row and BLOCK_N columns: Gemma-2-2B's
+  // 256000 columns would take 7168 rows to 76 MiB), so that the forward's
+  // scratch stays within issue 14's 64 MiB.
+  constexpr int64_t kFwdChunkElems = int64_t{16} << 20, kFwdPartialBytes = int64_t{32} << 20;
+  constexpr int v = kSm90ForwardLogitsVariant;
+  const int64_t cluster_rows = kSm90LogitsClusterRows[v];
+  const int64_t part_row = sm90_partial_tiles(v, std::max<int64_t>(p.vocab, 1)) *
+                           static_cast<int64_t>(sizeof(float) * (p.loss.label_smoothing > 0 ? 3 : 2));
+  const int64_t rows = std::min(kFwdChunkElems / std::max<int64_t>(p.hidden, 1), kFwdPartialBytes / part_row);
   KernelConfig f;
   f.impl = KernelConfig::Impl::fused;
+  f.logits_kernel = kSm90LogitsVariantNames[v];
   f.block_size = 2048, f.threads = 256, f.v_chunk = 0;
-  f.row_chunk = std::max(cluster_rows, kFwdChunkElems / std::max<int64_t>(p.hidden, 1) / cluster_rows * cluster_rows);
+  f.row_chunk = std::max(cluster_rows, rows / cluster_rows * cluster_rows);
   if (f.row_chunk >= p.tokens) f.row_chunk = 0;
   return f;
 }

@@ -211,10 +211,18 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(f.row_chunk == 4096);  // 32 MiB of X a chunk: L2-resident on H100 and H200
   CHECK(f.v_chunk == 0);
   CHECK_NOTHROW(validate_config(p, f));
+  CHECK(f.logits_kernel == kSm90LogitsVariantNames[kSm90ForwardLogitsVariant]);  // ping-pong 128×192
   CHECK(device_default(p.with_tokens(4096), yes).row_chunk == 0);  // one chunk
+  // At H = 768, 21760 rows of X would fit 32 MiB, but their partials would not:
+  // 668 tiles of 192 columns × 8 bytes a row allow 6279 rows, 6144 in clusters.
   p.hidden = 768;
-  CHECK(device_default(p, yes).row_chunk == 0);  // 21760 rows a chunk, more than N
-  p.hidden = 4096;
+  CHECK(device_default(p, yes).row_chunk == 6144);
+  p.loss.label_smoothing = 0.1;  // Σẑ partials too: 12 bytes a tile, 4186 rows
+  CHECK(device_default(p, yes).row_chunk == 4096);
+  p.loss.label_smoothing = 0;
+  p.vocab = 50257;  // GPT-2: 262 tiles, 16008 rows
+  CHECK(device_default(p, yes).row_chunk == 15872);
+  p.vocab = 128256, p.hidden = 4096;
   CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
   // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), within the
   // default's 256 MiB with dW on cuBLASLt, in 1024-row chunks beside a 1 MiB

@@ -1,0 +1,3 @@
+// One instantiation of the fused logits GEMM (variants.hpp, row 1): bf16, storing the logits tile.
+#include "kernels/flce/sm90/instantiate.cuh"
+CELTUNE_SM90_DEFINE_LOGITS(1, bf16, __nv_bfloat16, tile, true)

@@ -1,0 +1,3 @@
+// One instantiation of the fused logits GEMM (variants.hpp, row 1): fp16, statistics only (forward).
+#include "kernels/flce/sm90/instantiate.cuh"
+CELTUNE_SM90_DEFINE_LOGITS(1, fp16, __half, stats, false)

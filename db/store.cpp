@@ -128,10 +128,17 @@ Stats read_stats(const Stmt& s, int c0) {
 }  // namespace
 
 namespace {
-// "file:" URI for sqlite3_open_v2, with the characters URIs reserve escaped.
+// "file:" URI for sqlite3_open_v2 (with SQLITE_OPEN_URI), the path made
+// absolute and the characters URIs reserve escaped, so that every name is the
+// file it says: SQLite itself reads ":memory:" as a database in memory and, where
+// it is built to take URIs (Debian's is), "file:x.sqlite" as x.sqlite, so a
+// merge into ":memory:" reported rows stored that no file held.
 std::string file_uri(const std::string& path, const char* query) {
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  if (ec) fail_env("cannot resolve database path " + path + ": " + ec.message());
   std::string u = "file:";
-  for (unsigned char c : path) {
+  for (unsigned char c : abs.string()) {
     if (c == '%' || c == '?' || c == '#' || c < 0x20) {
       char b[4];
       std::snprintf(b, sizeof b, "%%%02X", c);
@@ -163,7 +170,8 @@ void recover_hot_journal(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path + "-journal", ec)) return;
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(file_uri(path, "").c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI,
+                           nullptr);
   if (rc == SQLITE_OK) rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
   const bool readonly = (rc & 0xff) == SQLITE_READONLY || rc == SQLITE_CANTOPEN || rc == SQLITE_PERM;
   sqlite3_close(db);
@@ -208,6 +216,7 @@ int busy_timeout_ms() {
 }
 
 Store::Store(const std::string& path, Access access) : path_(path), access_(access), busy_ms_(busy_timeout_ms()) {
+  if (path.empty()) fail_usage("the database path is empty");
   // SQLite answers a directory or a device node with "disk I/O error" at the
   // first read; say what is wrong instead.
   std::error_code fec;
@@ -218,8 +227,8 @@ Store::Store(const std::string& path, Access access) : path_(path), access_(acce
   if (fec && fec != std::errc::no_such_file_or_directory)
     fail_env("cannot reach database " + path + ": " + fec.message());
   if (access == Access::read_write) require_writable(path, !fec && std::filesystem::exists(st));
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-  std::string name = path;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI;
+  std::string name = file_uri(path, "");
   if (access == Access::read_only) {
     // Reading a WAL database normally creates -wal and -shm files beside it;
     // readers must not create files. With no -wal present no writer is active,
@@ -806,8 +815,11 @@ void check_record(const Measurement& m) {
   // was read (the CPU backend); no GPU clocks above 10 GHz.
   for (double mhz : {m.clock_start_mhz, m.clock_end_mhz})
     if (!(mhz >= 0 && mhz <= 10000)) fail_usage("clock_start_mhz and clock_end_mhz must be in [0, 10000] MHz");
+  // Every config must be one the model can state, failed or not: a failed row
+  // is exported and merged like any other, and its config printed. Whether the
+  // device could run it is what a failure may have found out.
+  validate_config(m.problem, m.config);
   if (m.status == "ok") {
-    validate_config(m.problem, m.config);
     check_runs_on(m.device, m.config);
     check_stats(m.stats);
   }

@@ -207,6 +207,12 @@ expect 0 "report again, one problem" -- "$celtune" report --db "$tmp/t.sqlite" -
   --problem "flce:N48:H16:V700:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwd"
 [ ! -e "$tmp/report/vchunk-99.svg" ] && [ ! -e "$tmp/report/vchunk-2.svg" ] && [ -s "$tmp/report/vchunk-1.svg" ] &&
   [ -e "$tmp/report/notes.txt" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report left stale plots"; ls "$tmp/report"; }
+# A plot that cannot be written changes nothing: no "wrote", no half report.
+mkdir -p "$tmp/half/vchunk-1.svg" && echo OLD >"$tmp/half/speedup.svg"
+expect 3 "report where a plot's name is a directory" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/half"
+contains err "is not a regular file; the folder is unchanged" "report says why and that nothing changed"
+[ ! -s "$tmp/out" ] && [ "$(cat "$tmp/half/speedup.svg")" = OLD ] && [ "$(ls "$tmp/half" | wc -l)" = 2 ] &&
+  passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed report changed the folder"; ls -la "$tmp/half"; }
 expect 3 "report of a missing database" -- "$celtune" report --db "$tmp/nothing.sqlite" -o "$tmp/report2"
 expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
 test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }
@@ -253,6 +259,18 @@ expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
 expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o ''
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best configs" "a failed import lost nothing"
+# Names SQLite would read as special are files like any other: ":memory:" (a
+# database in memory) and "file:…" (a URI) once reported rows stored in no file.
+expect 0 "import into ':memory:'" -- "$celtune" db --db "$tmp/:memory:" import "$tmp/in.jsonl"
+expect 0 "merge into 'file:…?mode=memory'" -- env -C "$tmp" "$(realpath "$celtune")" db merge ':memory:' b.sqlite -o 'file:m.sqlite?mode=memory'
+expect 0 "list 'file:…?mode=memory'" -- env -C "$tmp" "$(realpath "$celtune")" db --db 'file:m.sqlite?mode=memory' list
+contains out "1 best config" "the merge's rows are in the file named"
+expect 0 "both are files" -- test -s "$tmp/:memory:" -a -s "$tmp/file:m.sqlite?mode=memory"
+# A failed measurement's config is checked like any other (it is exported, merged
+# and printed): block_size 3 with 7 threads is refused, and nothing is stored.
+echo '{"clock_end_mhz":0,"clock_start_mhz":0,"config":{"block_size":3,"threads":7,"v_chunk":0,"row_chunk":0,"logits_kernel":"x"},"created_at":"2026-11-24T13:01:32Z","device":{"arch":"sm_90","cublaslt":"13.1.0","cublaslt_version":130100,"driver":"13.0","memory_bytes":150109880320,"name":"GTX fictional","runtime":"13.0","sm_count":132},"kernel_hash":"abf1bc2df40b97fa","problem":{"bias":false,"dtype":"bf16","family":"flce","hidden":2304,"ignore_index":-100,"label_smoothing":0.0,"mode":"fwd","reduction":"mean","softcap":30.0,"target_type":"int64","tokens":1024,"vocab":256000,"z_loss":0.0},"reason":"out of memory","record":"measurement","stats":{"median_ms":0,"p20_ms":0,"p80_ms":0,"samples":0,"spread":0},"status":"failed"}' >"$tmp/failed.jsonl"
+expect 2 "import a failed measurement with an impossible config" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/failed.jsonl"
+contains err "line 1" "the refusal names the line"
 
 # A best entry tuned with this build's kernels is never displaced by a faster one
 # from other kernels (which the runtime skips): import and merge alike.

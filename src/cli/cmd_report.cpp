@@ -130,12 +130,30 @@ Action register_report(CLI::App& app) {
     if (grid.empty() && speedups.empty())
       fail_env("database " + path + " holds no measurements to plot" +
                (a->problem.empty() && a->device.empty() ? "" : " for the --problem/--device given"));
-    // The summary first, flushed: a report whose summary cannot be written
-    // (a full disk, `> /dev/full`) exits 3 having changed nothing in the folder.
-    for (const auto& [f, text] : plots) std::cout << "wrote " << f.string() << '\n';
-    for (const auto& f : stale) std::cout << "removed " << f.string() << " (an earlier report's)\n";
-    flush_stdout();
-    for (const auto& [f, text] : plots) write_file_atomic(f.string(), [&](std::ostream& o) { o << text; });
+    // Every plot is staged beside its target first, then the summary is printed
+    // and flushed, then the plots are renamed into place: a plot that cannot be
+    // written (a directory or a device where it goes, a folder not writable, a
+    // full disk) or a summary that cannot be (`> /dev/full`) exits having
+    // changed nothing in the folder, where writing plot by plot left it half
+    // the new report and half the old one, after printing "wrote" for both.
+    std::vector<std::string> staged;
+    try {
+      for (const auto& [f, text] : plots) {
+        const std::string dest = f.string();
+        namespace fs = std::filesystem;
+        const auto st = fs::symlink_status(dest, ec);
+        if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+          fail_env("cannot write " + dest + ": it exists and is not a regular file; the folder is unchanged");
+        staged.push_back(stage_file(dest, [&](std::ostream& o) { o << text; }));
+      }
+      for (const auto& [f, text] : plots) std::cout << "wrote " << f.string() << '\n';
+      for (const auto& f : stale) std::cout << "removed " << f.string() << " (an earlier report's)\n";
+      flush_stdout();
+    } catch (...) {
+      for (const auto& t : staged) std::filesystem::remove(t, ec);
+      throw;
+    }
+    for (size_t i = 0; i < plots.size(); ++i) commit_file(staged[i], plots[i].first.string());
     for (const auto& f : stale)
       if (!std::filesystem::remove(f, ec) && ec)
         fail_env("cannot remove " + f.string() + " (an earlier report's plot): " + ec.message());

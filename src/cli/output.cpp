@@ -77,7 +77,7 @@ void flush_stdout() {
     fail_env(std::string("error writing standard output") + (errno ? std::string(": ") + std::strerror(errno) : ""));
 }
 
-void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body) {
+std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const auto st = fs::symlink_status(path, ec);
@@ -113,12 +113,24 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
     const bool synced = sync_fd >= 0 && ::fsync(sync_fd) == 0;
     if (sync_fd >= 0) ::close(sync_fd);
     if (!synced) fail_env("cannot flush " + tmp + " to disk: " + std::strerror(errno));
-    fs::rename(tmp, path, ec);
-    if (ec) fail_env("cannot rename " + tmp + " to " + path + ": " + ec.message());
   } catch (...) {
     fs::remove(tmp, ec);
     throw;
   }
+  return tmp;
+}
+
+void commit_file(const std::string& tmp, const std::string& path) {
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    fail_env("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body) {
+  commit_file(stage_file(path, body), path);
 }
 
 }  // namespace celtune::cli

@@ -31,6 +31,12 @@ std::string fmt(const char* format, double v);  // printf-style for one number
 // symlink, a FIFO, a device). The file gets the mode of the one it replaces, or
 // 0666 less the umask when new (mkstemp's 0600 made exports unreadable to others).
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body);
+// The two halves of it, for several files that change together (report's
+// plots): stage_file writes, syncs and sets the mode of a temporary beside path
+// and returns its name; commit_file renames it over path (removing it if the
+// rename fails). A caller that fails between the two removes what it staged.
+std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body);
+void commit_file(const std::string& tmp, const std::string& path);
 std::string human_bytes(double bytes);
 
 // Flushes standard output; Error(environment) when what was written did not

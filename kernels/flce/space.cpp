@@ -89,15 +89,30 @@ KernelConfig flce_fused_forward(const Problem& p) {
   // of its statistics partials (one a row and BLOCK_N columns: Gemma-2-2B's
   // 256000 columns would take 7168 rows to 76 MiB), so that the forward's
   // scratch stays within issue 14's 64 MiB.
+  //
+  // The ping-pong logits GEMM (variants.hpp, row 1) hides the epilogue under the
+  // other warp group's mainloop where there is a mainloop to hide it under and
+  // where the call is short enough not to be held at the power limit, where
+  // time follows energy and its spills cost more than the overlap saves
+  // (docs/results.md, 2026-11-24, twenty-second session): at GPT-2's H = 768 it
+  // ran 1.71× one GEMM against row 0's 1.34× (H200); at Llama-3-70B N = 32768
+  // (N·H·V = 3.4e13, calls of ~100 ms) 1.16× row 0's time on the H100 and 1.02×
+  // on the H200, while it was the tuned best or within 1–3% of it at every
+  // other preset on both GPUs, ahead of row 0 by up to 10%.
   constexpr int64_t kFwdChunkElems = int64_t{16} << 20, kFwdPartialBytes = int64_t{32} << 20;
-  constexpr int v = kSm90ForwardLogitsVariant;
+  constexpr int64_t kPingpongMinHidden = 2048;
+  constexpr double kPingpongMaxMacs = 2e13;
+  const bool pingpong = p.hidden >= kPingpongMinHidden &&
+                        static_cast<double>(p.tokens) * static_cast<double>(p.hidden) * static_cast<double>(p.vocab) <=
+                            kPingpongMaxMacs;
+  const int v = pingpong ? kSm90ForwardLogitsVariant : 0;
   const int64_t cluster_rows = kSm90LogitsClusterRows[v];
   const int64_t part_row = sm90_partial_tiles(v, std::max<int64_t>(p.vocab, 1)) *
                            static_cast<int64_t>(sizeof(float) * (p.loss.label_smoothing > 0 ? 3 : 2));
   const int64_t rows = std::min(kFwdChunkElems / std::max<int64_t>(p.hidden, 1), kFwdPartialBytes / part_row);
   KernelConfig f;
   f.impl = KernelConfig::Impl::fused;
-  f.logits_kernel = kSm90LogitsVariantNames[v];
+  f.logits_kernel = v ? kSm90LogitsVariantNames[v] : "";  // row 0 is the unnamed default
   f.block_size = 2048, f.threads = 256, f.v_chunk = 0;
   f.row_chunk = std::max(cluster_rows, rows / cluster_rows * cluster_rows);
   if (f.row_chunk >= p.tokens) f.row_chunk = 0;

@@ -213,15 +213,30 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK_NOTHROW(validate_config(p, f));
   CHECK(f.logits_kernel == kSm90LogitsVariantNames[kSm90ForwardLogitsVariant]);  // ping-pong 128×192
   CHECK(device_default(p.with_tokens(4096), yes).row_chunk == 0);  // one chunk
-  // At H = 768, 21760 rows of X would fit 32 MiB, but their partials would not:
-  // 668 tiles of 192 columns × 8 bytes a row allow 6279 rows, 6144 in clusters.
+  // Above N·H·V = 2e13 (a call held at the power limit: Llama-3-70B at 32768
+  // tokens) the cooperative row 0, in the same 32 MiB chunks of X.
+  CHECK(!device_default(p.with_tokens(32768), yes).logits_kernel.empty());  // 1.7e13
+  Problem big = p.with_tokens(32768);
+  big.hidden = 8192;
+  CHECK(device_default(big, yes).logits_kernel.empty());
+  CHECK(device_default(big, yes).row_chunk == 2048);
+  // Row 1's 192-column tiles take a third more partials: at Gemma-2-2B's 256000
+  // columns 1334 tiles × 8 bytes a row allow 3144 rows, 3072 in clusters.
+  Problem g = p.with_tokens(4096);
+  g.hidden = 2304, g.vocab = 256000, g.loss.softcap = 30;
+  CHECK(device_default(g, yes).logits_kernel == kSm90LogitsVariantNames[kSm90ForwardLogitsVariant]);
+  CHECK(device_default(g, yes).row_chunk == 3072);
+  // At H = 768 row 0 (no mainloop to hide the epilogue under): 21845 rows of X
+  // would fit 32 MiB, but their partials would not: 501 tiles × 8 bytes a row
+  // allow 8372 rows, 8192 in clusters; with Σẑ partials (12 bytes) 5376.
   p.hidden = 768;
-  CHECK(device_default(p, yes).row_chunk == 6144);
-  p.loss.label_smoothing = 0.1;  // Σẑ partials too: 12 bytes a tile, 4186 rows
-  CHECK(device_default(p, yes).row_chunk == 4096);
+  CHECK(device_default(p, yes).logits_kernel.empty());
+  CHECK(device_default(p, yes).row_chunk == 8192);
+  p.loss.label_smoothing = 0.1;
+  CHECK(device_default(p, yes).row_chunk == 5376);
   p.loss.label_smoothing = 0;
-  p.vocab = 50257;  // GPT-2: 262 tiles, 16008 rows
-  CHECK(device_default(p, yes).row_chunk == 15872);
+  p.vocab = 50257;  // GPT-2: 197 tiles, 21290 rows, more than N
+  CHECK(device_default(p, yes).row_chunk == 0);
   p.vocab = 128256, p.hidden = 4096;
   CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
   // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), within the

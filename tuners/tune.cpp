@@ -29,6 +29,7 @@ struct Measured {
   bool ok = false;
   std::string reason;
   std::vector<double> samples;  // empty when reused from the database
+  bool stored = false;          // read back from the database, not run here
   db::Stats stats;
 };
 
@@ -114,6 +115,7 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
     if (!o.force) {
       if (auto prev = store.find_measurement(dev, p, c, hash)) {
         ++res.reused;
+        m.stored = true;
         m.ok = prev->status == "ok";
         m.reason = prev->reason;
         m.stats = prev->stats;
@@ -197,7 +199,17 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   std::vector<std::pair<double, KernelConfig>> ranked;  // every config that passed, by median
   for (const auto& [i, m] : seen)
     if (m.ok) ranked.push_back({m.stats.median_ms, cands[i].config});
-  if (ranked.empty()) throw Error(Status::failure, "every candidate for " + p.key() + " failed the correctness gate");
+  if (ranked.empty()) {
+    // Failures read back from the database were not run here: say so, since a
+    // database imported from elsewhere can hold them for every candidate.
+    size_t stored = 0;
+    for (const auto& [i, m] : seen) stored += !m.ok && m.stored;
+    throw Error(Status::failure,
+                "every candidate for " + p.key() + " failed" +
+                    (stored ? " (" + std::to_string(stored) + " of " + std::to_string(seen.size()) +
+                                  " as stored in the database, not run here: --force measures them again)"
+                            : " the correctness gate"));
+  }
   auto by_time = [](const auto& a, const auto& b) { return a.first < b.first; };
   std::sort(ranked.begin(), ranked.end(), by_time);
 

@@ -643,6 +643,11 @@ contains err "pass --device cpu" "the refusal says how to time on the CPU anyway
 expect 2 "tune with no GPU refuses days of CPU work" -- \
   env CUDA_VISIBLE_DEVICES= "$celtune" tune --model llama3-8b --tokens 4096 --db "$tmp/cpu-tune.sqlite"
 contains err "pass --device cpu to tune" "the refusal says how to tune on the CPU anyway"
+# At H = 1 the CE work over the logits is the call: 20·N·V counts, not the GEMMs'
+# 2·N·H·V alone (that ran 2 min 19 s at N = 8192 and was not refused at 65536).
+expect 2 "bench with no GPU refuses a small-H call of hours" -- \
+  env CUDA_VISIBLE_DEVICES= "$celtune" bench --shape 65536,1,65536 --mode fwd
+contains err "pass --device cpu" "the small-H refusal says how to time on the CPU anyway"
 [ ! -e "$tmp/cpu-tune.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune left a database"; }
 expect 3 "bench with every row skipped" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --runs 20
 contains err "nothing was benchmarked" "an empty benchmark is an error, not a table"

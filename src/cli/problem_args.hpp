@@ -58,8 +58,9 @@ CpuWork cpu_work(double ops);
 // `bound` qualifies the estimate ("at least " or "").
 void limit_cpu_work(double ops, bool asked, const std::string& doing, const std::string& verb,
                     const std::string& bound, bool quiet);
-// Operations of one call of the kernels on problem p: 2·N·H·V multiply-adds
-// forward, 6·N·H·V with the backward (ce: ~20 an element of the logits).
+// Operations of one call of the kernels on problem p: ~20 an element of the
+// logits (the CE work), and for flce 2·N·H·V more forward, 6·N·H·V with the
+// backward (the GEMMs).
 double call_ops(const Problem& p);
 
 // mode_default: what the subcommand does without --mode, for the help text.

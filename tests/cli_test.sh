@@ -604,6 +604,8 @@ expect 2 "--softcap -1" -- "$celtune" validate --device cpu --shape 4,8,100 --so
 [ "$(wc -c <"$tmp/err")" -lt 200 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the softcap message is $(wc -c <"$tmp/err") bytes"; }
 expect 2 "a zero vocabulary in --shape" -- "$celtune" validate --device cpu --shape 64,32,0
 contains err "vocab (V) must be positive" "a zero V is named as such"
+expect 2 "--vocab 0 beside --model" -- "$celtune" lookup --device cpu --tokens 4 --model llama3-8b --vocab 0
+contains err "--vocab (V) must be positive, got 0" "a zero --vocab is named as such, not as missing"
 "$celtune" tune --help >"$tmp/out" 2>&1
 contains out "default both" "tune's --mode help says it does both"
 

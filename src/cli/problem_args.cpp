@@ -195,6 +195,7 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   if (a.vocab) base.vocab = *a.vocab;
   if (!a.tokens.empty()) tokens = parse_tokens(a.tokens);
   if (tokens.empty()) fail_usage("no token count: give --tokens or --shape N,H,V");
+  if (a.vocab && *a.vocab <= 0) fail_usage("--vocab (V) must be positive, got " + std::to_string(*a.vocab));
   if (a.shape.empty() && base.vocab <= 0) fail_usage("no vocabulary size: give --vocab, --shape or --model");
   base.target_type = *parse_target_type(a.target_type);
   base.loss.ignore_index = parse_i64(a.ignore_index, "--ignore-index");

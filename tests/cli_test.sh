@@ -654,6 +654,8 @@ contains err "pass --device cpu" "the small-H refusal says how to time on the CP
 expect 3 "bench with every row skipped" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --runs 20
 contains err "nothing was benchmarked" "an empty benchmark is an error, not a table"
 contains err "ce rows skipped" "bench says why the ce rows are missing"
+expect 2 "bench --family ce --no-ce" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --no-ce
+contains err "--no-ce with --family ce leaves nothing to time" "bench says the flags leave nothing"
 if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench on the CPU claims an L2 flush"; else passes=$((passes + 1)); fi
 
 # Progress: a piped validate prints each case as it finishes (line by line).

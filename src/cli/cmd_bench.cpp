@@ -22,6 +22,7 @@
 // a round (time_interleaved): both GPUs run these GEMMs at their power limit, the
 // clock drifts over a run, and a floor timed apart from what it is held against
 // drifted apart from it.
+#include <algorithm>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -89,6 +90,9 @@ Action register_bench(CLI::App& app) {
     if (!names_problem(pa)) pa.model = "llama3-8b", pa.tokens = "4096,8192,16384";  // the Llama-3-8B classifier
     if (pa.tokens.empty() && pa.shape.empty()) pa.tokens = "4096,8192,16384";
     const auto problems = build_problems(pa);
+    // The flce problems also time ce on their logits; a ce problem has nothing else.
+    if (a->no_ce && std::none_of(problems.begin(), problems.end(), [](const Problem& p) { return p.family == Family::flce; }))
+      fail_usage("--no-ce with --family ce leaves nothing to time");
     auto backend = open_backend(a->device);
     const auto& dev = backend->device();
     // The CPU backend at a model's shape takes hours: `celtune bench` with no GPU

@@ -566,6 +566,8 @@ expect 3 "export to stdout refuses a damaged row" -- "$celtune" db --db "$tmp/da
 expect 3 "report -o a file" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/precious"
 contains err "output folder" "report says the output is not a folder"
 expect 2 "report --problem nonsense" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report3" --problem nonsense
+expect 2 "report --device nobody-has" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report3" --device nobody-has
+contains err "for the --problem/--device given" "an unmatched --device is named as the filter"
 
 # Sizes that overflow: one checked-size rule, exit 2 naming the limit, in every command.
 for cmd in validate "lookup --db $tmp/size.sqlite" "tune --db $tmp/size.sqlite" bench; do

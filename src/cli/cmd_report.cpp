@@ -127,9 +127,13 @@ Action register_report(CLI::App& app) {
         }
         if (stale_vchunk || (name == "speedup.svg" && speedups.empty())) stale.push_back(e.path());
       }
-    if (grid.empty() && speedups.empty())
-      fail_env("database " + path + " holds no measurements to plot" +
-               (a->problem.empty() && a->device.empty() ? "" : " for the --problem/--device given"));
+    // A filter that matches nothing is the caller's (as an unparsable --problem
+    // is); an empty database is the environment's.
+    if (grid.empty() && speedups.empty()) {
+      if (!a->problem.empty() || !a->device.empty())
+        fail_usage("database " + path + " holds no measurements to plot for the --problem/--device given");
+      fail_env("database " + path + " holds no measurements to plot");
+    }
     // Every plot is staged beside its target first, then the summary is printed
     // and flushed, then the plots are renamed into place: a plot that cannot be
     // written (a directory or a device where it goes, a folder not writable, a

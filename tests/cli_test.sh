@@ -258,7 +258,7 @@ expect 2 "malformed import line" -- "$celtune" db --db "$tmp/a.sqlite" import <(
 expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
 expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o ''
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
-contains out "1 best configs" "a failed import lost nothing"
+contains out "1 best config, " "a failed import lost nothing (and one is singular)"
 # Names SQLite would read as special are files like any other: ":memory:" (a
 # database in memory) and "file:…" (a URI) once reported rows stored in no file.
 expect 0 "import into ':memory:'" -- "$celtune" db --db "$tmp/:memory:" import "$tmp/in.jsonl"

@@ -108,9 +108,9 @@ int do_list(const DbArgs& a) {
            fmt("%.2fx", b.speedup), b.kernel_hash.substr(0, 12), b.created_at});
   }
   t.print(std::cout);
-  std::cout << best.size() << " best configs";
+  std::cout << counted(best.size(), "best config", "best configs");
   if (broken) std::cout << " (" << broken << " INVALID: a config the rules refuse, which the runtime skips)";
-  std::cout << ", " << s.measurements().size() << " measurements in " << s.path() << '\n';
+  std::cout << ", " << counted(s.measurements().size(), "measurement", "measurements") << " in " << s.path() << '\n';
   return 0;
 }
 

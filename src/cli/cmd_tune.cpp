@@ -303,7 +303,7 @@ Action register_tune(CLI::App& app) {
                std::to_string(r.reused), std::to_string(r.failed), fmt("%.1f", r.seconds)});
       t.print(std::cout);
       for (const auto& f : failures) std::cout << "FAILED " << f << '\n';
-      std::cout << results.size() << " problems tuned, " << failures.size() << " failed in "
+      std::cout << counted(results.size(), "problem", "problems") << " tuned, " << failures.size() << " failed in "
                 << fmt("%.1f", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) << " s\n";
     }
     return failures.empty() ? 0 : static_cast<int>(Status::failure);

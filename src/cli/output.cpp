@@ -64,6 +64,10 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
+std::string counted(size_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

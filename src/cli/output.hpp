@@ -38,6 +38,8 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
 std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body);
 void commit_file(const std::string& tmp, const std::string& path);
 std::string human_bytes(double bytes);
+// "1 problem", "3 problems": a count with its noun, singular for one.
+std::string counted(size_t n, const std::string& one, const std::string& many);
 
 // Flushes standard output; Error(environment) when what was written did not
 // arrive (a full disk, a closed pipe). main() calls it after every command; a

@@ -257,6 +257,10 @@ contains out "1 best config replaced the stored one, 1 best config lost to anoth
 expect 2 "malformed import line" -- "$celtune" db --db "$tmp/a.sqlite" import <(echo '{"record":"best"}')
 expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
 expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o ''
+# export -o - and import - make a pipe: the same rows arrive.
+expect 0 "export -o - | import -" -- bash -c '"$0" db --db "$1/a.sqlite" export --jsonl -o - | "$0" db --db "$1/piped.sqlite" import -' \
+  "$celtune" "$tmp"
+contains out "1 best config added" "import - read the exported row from standard input"
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best config, " "a failed import lost nothing (and one is singular)"
 # Names SQLite would read as special are files like any other: ":memory:" (a

@@ -167,14 +167,23 @@ void offer_and_report(const std::string& path, const db::Records& records,
 int do_import(const DbArgs& a) {
   // A directory opens as an ifstream and reads as empty: say so instead of
   // importing nothing and exiting 0.
+  // "-" is standard input, as for most tools that read a file (export's -o -
+  // writes standard output); a file named "-" is ./-.
+  const bool from_stdin = a.input == "-";
   std::error_code ec;
-  if (std::filesystem::is_directory(a.input, ec)) fail_env("cannot import " + a.input + ": it is a directory");
-  std::ifstream in(a.input);
-  if (!in) fail_env("cannot read " + a.input);
+  if (!from_stdin && std::filesystem::is_directory(a.input, ec))
+    fail_env("cannot import " + a.input + ": it is a directory");
+  std::ifstream file;
+  if (!from_stdin) {
+    file.open(a.input);
+    if (!file) fail_env("cannot read " + a.input);
+  }
+  std::istream& in = from_stdin ? std::cin : file;
   const std::string path = db_path(a);
   // Every line read and checked before the database is opened: a bad line
   // leaves no new database behind.
   const db::Records records = db::read_jsonl(in);
+  if (in.bad()) fail_env("error reading " + (from_stdin ? std::string("standard input") : a.input));
   offer_and_report(path, records, [&](const db::ImportCounts& n) {
     return n.records() == 0 ? "nothing imported into " + path + ": " + a.input + " holds no records"
                             : "imported " + outcome(n, "the input", path);
@@ -227,7 +236,7 @@ Action register_db(CLI::App& app) {
   after(exp);
   auto* imp = sub->add_subcommand("import", "Read JSON lines into the database (all or nothing; per device and "
                                             "problem a best config tuned with this build's kernels wins, else the faster)");
-  imp->add_option("file", a->input, "JSON-lines file from 'celtune db export'")->required();
+  imp->add_option("file", a->input, "JSON-lines file from 'celtune db export', or - for standard input")->required();
   after(imp);
   auto* mrg = sub->add_subcommand("merge", "Merge two databases into OUT; per device and problem a best config tuned "
                                            "with this build's kernels wins, else the faster; OUT's own rows are kept");

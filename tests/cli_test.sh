@@ -261,6 +261,8 @@ expect 2 "merge -o '' (once: success, nothing written)" -- "$celtune" db merge "
 expect 0 "export -o - | import -" -- bash -c '"$0" db --db "$1/a.sqlite" export --jsonl -o - | "$0" db --db "$1/piped.sqlite" import -' \
   "$celtune" "$tmp"
 contains out "1 best config added" "import - read the exported row from standard input"
+expect 0 "merge a database with itself into itself" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/a.sqlite" -o "$tmp/a.sqlite"
+contains out "both inputs are $tmp/a.sqlite itself" "merging OUT with itself says so, not that it is empty"
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best config, " "a failed import lost nothing (and one is singular)"
 # Names SQLite would read as special are files like any other: ":memory:" (a

@@ -211,9 +211,15 @@ int do_merge(const DbArgs& a) {
     sources.push_back(std::make_unique<db::Store>(in, db::Access::read_only));
     from.push_back(sources.back().get());
   }
+  // Inputs that are OUT itself (by name, link or hard link) are OUT's rows,
+  // kept as they are: say so rather than that the inputs are empty.
+  const size_t self = a.merge_inputs.size() - from.size();
   offer_and_report(a.out, db::read_rows(from), [&](const db::ImportCounts& n) {
-    return n.records() == 0 ? "nothing merged into " + a.out + ": the inputs hold no rows"
-                            : "merged " + outcome(n, "the inputs", a.out);
+    if (n.records() != 0) return "merged " + outcome(n, "the inputs", a.out);
+    return "nothing merged into " + a.out + ": " +
+           (self == a.merge_inputs.size() ? std::string("both inputs are ") + a.out + " itself, whose rows stay as they are"
+            : self ? "the input other than " + a.out + " holds no rows"
+                   : std::string("the inputs hold no rows"));
   });
   return 0;
 }

@@ -700,9 +700,12 @@ namespace {
 // Failed measurements carry a reason and no timing, so only their identity is
 // checked.
 void check_stats(const Stats& t) {
-  auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+  // At most 1e7 ms (almost three hours) a call: a median of 1e300 ms was
+  // imported, printed as 300 digits and plotted at the axis' origin.
+  constexpr double kMaxMs = 1e7;
+  auto positive = [](double v) { return std::isfinite(v) && v > 0 && v <= kMaxMs; };
   if (!positive(t.median_ms) || !positive(t.p20_ms) || !positive(t.p80_ms))
-    fail_usage("times must be positive and finite (median " + format_double(t.median_ms) + ", p20 " +
+    fail_usage("times must be positive and at most 1e7 ms (median " + format_double(t.median_ms) + ", p20 " +
                format_double(t.p20_ms) + ", p80 " + format_double(t.p80_ms) + ")");
   if (!(t.p20_ms <= t.median_ms && t.median_ms <= t.p80_ms))
     fail_usage("p20 ≤ median ≤ p80 does not hold (" + format_double(t.p20_ms) + ", " + format_double(t.median_ms) +
@@ -756,8 +759,16 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
                        t[10] == 'T' && digits(11, 2) && t[13] == ':' && digits(14, 2) && t[16] == ':' &&
                        digits(17, 2) && t[19] == 'Z';
   auto num = [&](size_t at, size_t n) { return std::stoi(t.substr(at, n)); };
-  const bool range_ok = time_ok && num(5, 2) >= 1 && num(5, 2) <= 12 && num(8, 2) >= 1 && num(8, 2) <= 31 &&
-                        num(11, 2) <= 23 && num(14, 2) <= 59 && num(17, 2) <= 60;
+  // A day the month has (2026-02-31 was imported), from 2000 on (0000-01-01
+  // was): celtune dates its rows by the clock that measured them.
+  auto days_in = [](int y, int m) {
+    constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return m == 2 && leap ? 29 : kDays[m - 1];
+  };
+  const bool range_ok = time_ok && num(0, 4) >= 2000 && num(5, 2) >= 1 && num(5, 2) <= 12 && num(8, 2) >= 1 &&
+                        num(8, 2) <= days_in(num(0, 4), num(5, 2)) && num(11, 2) <= 23 && num(14, 2) <= 59 &&
+                        num(17, 2) <= 60;
   if (!range_ok) fail_usage("created_at must be UTC ISO 8601 (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
   // Nor a time that has not come (a row dated 9999 was imported): tune stamps
   // rows with the clock, so a day of slack covers a clock or time zone set wrong.

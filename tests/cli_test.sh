@@ -263,6 +263,14 @@ expect 0 "export -o - | import -" -- bash -c '"$0" db --db "$1/a.sqlite" export 
 contains out "1 best config added" "import - read the exported row from standard input"
 expect 0 "merge a database with itself into itself" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/a.sqlite" -o "$tmp/a.sqlite"
 contains out "both inputs are $tmp/a.sqlite itself" "merging OUT with itself says so, not that it is empty"
+# Dates the calendar lacks, dates before celtune, and times no call takes.
+sed 's/"created_at":"[^"]*"/"created_at":"2026-02-31T00:00:00Z"/' "$tmp/in.jsonl" >"$tmp/feb31.jsonl"
+expect 2 "import 31 February" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/feb31.jsonl"
+sed 's/"created_at":"[^"]*"/"created_at":"0000-01-01T00:00:00Z"/' "$tmp/in.jsonl" >"$tmp/year0.jsonl"
+expect 2 "import the year 0" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/year0.jsonl"
+sed 's/"median_ms":10.5/"median_ms":1e300/; s/"p80_ms":[0-9.e+]*/"p80_ms":1e300/' "$tmp/in.jsonl" >"$tmp/huge.jsonl"
+expect 2 "import a median of 1e300 ms" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/huge.jsonl"
+contains err "at most 1e7 ms" "the refusal gives the bound"
 expect 0 "db list after failed import" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "1 best config, " "a failed import lost nothing (and one is singular)"
 # Names SQLite would read as special are files like any other: ":memory:" (a

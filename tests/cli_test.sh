@@ -610,6 +610,8 @@ expect 0 "a value given twice names one problem" -- "$celtune" lookup --device c
 expect 2 "--all-configs with --from-db" -- "$celtune" validate --device cpu --all-configs --from-db "$tmp/t.sqlite"
 expect 2 "--min-runs above --max-runs" -- "$celtune" tune --device cpu --shape 8,16,200 --min-runs 50 --max-runs 10 --db "$tmp/x.sqlite"
 expect 2 "--budget 0" -- "$celtune" tune --device cpu --shape 8,16,200 --budget 0 --db "$tmp/x.sqlite"
+expect 2 "--max-scratch 0" -- "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 0 --db "$tmp/x.sqlite"
+contains err "fits no config" "a zero scratch budget is refused as such"
 expect 2 "--ignore-index beyond int64" -- "$celtune" lookup --device cpu --shape 4,8,100 --ignore-index 99999999999999999999
 contains err "out of range" "the ignore-index message says out of range"
 # Days of CPU work (N·V = 2^40, ~9e14 operations; over ten minutes even on 256

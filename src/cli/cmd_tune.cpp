@@ -133,6 +133,9 @@ Action register_tune(CLI::App& app) {
       fail_usage("--strategy exhaustive measures every candidate: --budget applies to random and guided");
     o.budget = a->budget;
     o.max_scratch = parse_size(a->max_scratch);
+    // Every config takes some scratch (the chunk state at least): a zero budget
+    // fits none, which tune found only after opening the database.
+    if (o.max_scratch == 0) fail_usage("--max-scratch 0 fits no config; give a budget such as 256MiB");
     o.force = a->force;
     o.seed = a->seed;
     o.plan.warmup = 2;

@@ -153,11 +153,12 @@ Action register_report(CLI::App& app) {
       for (const auto& [f, text] : plots) std::cout << "wrote " << f.string() << '\n';
       for (const auto& f : stale) std::cout << "removed " << f.string() << " (an earlier report's)\n";
       flush_stdout();
+      for (size_t i = 0; i < plots.size(); ++i) commit_file(staged[i], plots[i].first.string());
     } catch (...) {
+      // A renamed temporary is gone already; what a failed rename left is not.
       for (const auto& t : staged) std::filesystem::remove(t, ec);
       throw;
     }
-    for (size_t i = 0; i < plots.size(); ++i) commit_file(staged[i], plots[i].first.string());
     for (const auto& f : stale)
       if (!std::filesystem::remove(f, ec) && ec)
         fail_env("cannot remove " + f.string() + " (an earlier report's plot): " + ec.message());

@@ -612,6 +612,21 @@ expect 2 "--min-runs above --max-runs" -- "$celtune" tune --device cpu --shape 8
 expect 2 "--budget 0" -- "$celtune" tune --device cpu --shape 8,16,200 --budget 0 --db "$tmp/x.sqlite"
 expect 2 "--max-scratch 0" -- "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 0 --db "$tmp/x.sqlite"
 contains err "fits no config" "a zero scratch budget is refused as such"
+# A database whose every candidate is stored as failed: tune runs nothing, and
+# says the failures were read back, not found here, and how to re-measure.
+expect 0 "tune every candidate" -- "$celtune" tune --device cpu --shape 64,32,2000 --mode fwd --strategy exhaustive \
+  --min-runs 3 --max-runs 3 --db "$tmp/allfail-src.sqlite"
+"$celtune" db --db "$tmp/allfail-src.sqlite" export --jsonl -o - | python3 -c '
+import json, sys
+for l in sys.stdin:
+    j = json.loads(l)
+    if j["record"] == "measurement":
+        j["status"], j["reason"] = "failed", "imported failure"
+        print(json.dumps(j))' >"$tmp/allfail.jsonl"
+expect 0 "import them as failed" -- "$celtune" db --db "$tmp/allfail.sqlite" import "$tmp/allfail.jsonl"
+expect 1 "tune over stored failures" -- "$celtune" tune --device cpu --shape 64,32,2000 --mode fwd --strategy exhaustive \
+  --min-runs 3 --max-runs 3 --db "$tmp/allfail.sqlite"
+contains out "as stored in the database, not run here: --force measures them again" "tune says the failures were stored ones"
 expect 2 "--ignore-index beyond int64" -- "$celtune" lookup --device cpu --shape 4,8,100 --ignore-index 99999999999999999999
 contains err "out of range" "the ignore-index message says out of range"
 # Days of CPU work (N·V = 2^40, ~9e14 operations; over ten minutes even on 256

@@ -14,6 +14,20 @@
 namespace celtune {
 
 namespace {
+// The logits GEMM of the fused defaults: the ping-pong row where H ≥ 2048, whose
+// epilogue runs under the other warp group's mainloop, ahead of the cooperative
+// row 0 by 1–10% forward and 3–7% forward+backward at every preset on the H100
+// (variants.hpp); at GPT-2's H = 768 there is too little mainloop to hide it
+// under, and row 0 stays ahead (forward 1.11× one GEMM against 1.19×,
+// forward+backward 1.68× the floor against 1.77×).
+int default_logits_variant(const Problem& p) {
+  constexpr int64_t kPingpongMinHidden = 2048;
+  return p.hidden >= kPingpongMinHidden ? kSm90PingpongLogitsVariant : 0;
+}
+void set_logits_variant(KernelConfig& f, int v) {
+  f.logits_kernel = v ? kSm90LogitsVariantNames[v] : "";  // row 0 is the unnamed default
+}
+
 // Row indices 0…n−1 of a variant table, or just the default row when unused.
 std::vector<int64_t> rows(size_t n, bool used) {
   std::vector<int64_t> out{0};
@@ -35,20 +49,22 @@ std::vector<int64_t> dw_rows(bool used) {
 // the default's 256 MiB. At Qwen2.5-7B's 768 rows they took the seed to 259 MiB,
 // past tune's 256, and it was never measured.
 //
-// The workspace shrinks to 1 MiB where that fits fewer row chunks and the dX GEMM
-// of a chunk is at least as large as where 1 MiB was measured as fast as 32
-// (1024 rows at H = 4096): every chunk costs ~0.6 ms of dW read-modify-write and
+// The workspace goes where that fits fewer row chunks and the dX GEMM of a chunk
+// is at least as large as where none was measured as fast as 32 MiB (1024 rows
+// at H = 4096; 1 MiB before, too small for a split-K's partial sums there, and
+// with the ping-pong row's partials 1024 rows no longer fit beside it; CUTLASS's
+// persistent scheduler needs none): every chunk costs ~0.6 ms of dW read-modify-write and
 // GEMM ramps (Llama-3-8B on the H100: 4 chunks of 1024 rows 20.5–20.9 ms against
 // 6 of 768 rows 21.9–22.1). Skinnier dX GEMMs need cuBLASLt's split-K, which
 // needs the workspace (Gemma-2-2B, 512 rows, H = 2304: 37.0 ms without, 29.6 with).
-KernelConfig fused_seed(const Problem& p, KernelConfig f) {
+KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   f.impl = KernelConfig::Impl::fused;
-  const int64_t cluster_rows = kSm90LogitsClusterRows[0];
+  set_logits_variant(f, v);
+  const int64_t cluster_rows = kSm90LogitsClusterRows[v];
   const int64_t rc0 = f.row_chunk_for(p);
   if (rc0 < cluster_rows) return f;
   const int64_t tile_row = (f.v_chunk_for(p) + 127) / 128 * 128 * dtype_bytes(p.dtype);  // flce.cu's layout
-  int64_t part_row =
-      (p.vocab + kSm90LogitsBlockN[0] - 1) / kSm90LogitsBlockN[0] * (p.loss.label_smoothing > 0 ? 12 : 8);
+  int64_t part_row = sm90_partial_tiles(v, p.vocab) * (p.loss.label_smoothing > 0 ? 12 : 8);
   // Without a dZ pass the partials' space also holds the scaled X, beside a row factor.
   if (sm90_scaled_dz(p, f)) part_row = std::max(part_row, 2 * p.hidden) + 4;
   // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
@@ -62,7 +78,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f) {
     return rc;
   };
   auto chunks = [&](int64_t rows) { return (p.tokens + rows - 1) / rows; };
-  constexpr int64_t kLeanWorkspaceMib = 1;
+  constexpr int64_t kLeanWorkspaceMib = 0;
   int64_t rc = fit(rc0, KernelConfig::kDefaultWorkspaceMib);
   const int64_t lean_rc = fit(room(kLeanWorkspaceMib) / (tile_row + part_row), kLeanWorkspaceMib);
   if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{1024} * 4096) {
@@ -89,30 +105,15 @@ KernelConfig flce_fused_forward(const Problem& p) {
   // of its statistics partials (one a row and BLOCK_N columns: Gemma-2-2B's
   // 256000 columns would take 7168 rows to 76 MiB), so that the forward's
   // scratch stays within issue 14's 64 MiB.
-  //
-  // The ping-pong logits GEMM (variants.hpp, row 1) hides the epilogue under the
-  // other warp group's mainloop where there is a mainloop to hide it under and
-  // where the call is short enough not to be held at the power limit, where
-  // time follows energy and its spills cost more than the overlap saves
-  // (docs/results.md, 2026-11-24, twenty-second session): at GPT-2's H = 768 it
-  // ran 1.71× one GEMM against row 0's 1.34× (H200); at Llama-3-70B N = 32768
-  // (N·H·V = 3.4e13, calls of ~100 ms) 1.16× row 0's time on the H100 and 1.02×
-  // on the H200, while it was the tuned best or within 1–3% of it at every
-  // other preset on both GPUs, ahead of row 0 by up to 10%.
   constexpr int64_t kFwdChunkElems = int64_t{16} << 20, kFwdPartialBytes = int64_t{32} << 20;
-  constexpr int64_t kPingpongMinHidden = 2048;
-  constexpr double kPingpongMaxMacs = 2e13;
-  const bool pingpong = p.hidden >= kPingpongMinHidden &&
-                        static_cast<double>(p.tokens) * static_cast<double>(p.hidden) * static_cast<double>(p.vocab) <=
-                            kPingpongMaxMacs;
-  const int v = pingpong ? kSm90ForwardLogitsVariant : 0;
+  const int v = default_logits_variant(p);
   const int64_t cluster_rows = kSm90LogitsClusterRows[v];
   const int64_t part_row = sm90_partial_tiles(v, std::max<int64_t>(p.vocab, 1)) *
                            static_cast<int64_t>(sizeof(float) * (p.loss.label_smoothing > 0 ? 3 : 2));
   const int64_t rows = std::min(kFwdChunkElems / std::max<int64_t>(p.hidden, 1), kFwdPartialBytes / part_row);
   KernelConfig f;
   f.impl = KernelConfig::Impl::fused;
-  f.logits_kernel = v ? kSm90LogitsVariantNames[v] : "";  // row 0 is the unnamed default
+  set_logits_variant(f, v);
   f.block_size = 2048, f.threads = 256, f.v_chunk = 0;
   f.row_chunk = std::max(cluster_rows, rows / cluster_rows * cluster_rows);
   if (f.row_chunk >= p.tokens) f.row_chunk = 0;
@@ -130,7 +131,7 @@ KernelConfig grid_default(const Problem& p) {
 }
 
 KernelConfig flce_fused_forward_backward(const Problem& p) {
-  KernelConfig f = fused_seed(p, grid_default(p));
+  KernelConfig f = fused_seed(p, grid_default(p), default_logits_variant(p));
   f.dw_kernel = kDwOnCublaslt;
   return f;
 }
@@ -146,11 +147,13 @@ SearchSpace flce_space(const Problem& p) {
     return values;
   };
   const int64_t fused_rc = fused_seed(p, def).row_chunk;
+  const int64_t fused_bwd_rc = fused_seed(p, def, default_logits_variant(p)).row_chunk;
   const int64_t fwd_rc = flce_fused_forward(p).row_chunk;
   s.params = {
       {"v_chunk", with({8192, 32768, 0}, def.v_chunk), [](KernelConfig& c, int64_t v) { c.v_chunk = v; }},
       // 768 and 896 rows are what one pass over a 128k vocabulary fits in 256 MiB.
-      {"row_chunk", with(with(with({256, 512, 768, 896, 1024, 2048, 4096, 0}, def.row_chunk), fused_rc), fwd_rc),
+      {"row_chunk",
+       with(with(with(with({256, 512, 768, 896, 1024, 2048, 4096, 0}, def.row_chunk), fused_rc), fused_bwd_rc), fwd_rc),
        [](KernelConfig& c, int64_t v) { c.row_chunk = v; }},
       // The CE kernel is a few percent of flce's time: two tile widths span it.
       {"block_size", {2048, 8192}, [](KernelConfig& c, int64_t v) { c.block_size = int(v); }},
@@ -158,9 +161,9 @@ SearchSpace flce_space(const Problem& p) {
       // One switch for both accumulators: fp32 scratch, or the output dtype.
       {"acc_fp32", bwd && p.dtype != DType::fp32 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{1},
        [](KernelConfig& c, int64_t v) { c.dw_acc_fp32 = c.dx_acc_fp32 = v != 0; }},
-      // The GEMM workspace (config.hpp): the full 32 MiB, or 1 for one more row
-      // cluster within the budget where the GEMMs need no split-K.
-      {"workspace_mib", bwd ? std::vector<int64_t>{KernelConfig::kDefaultWorkspaceMib, 1}
+      // The GEMM workspace (config.hpp): the full 32 MiB, or none for one more row
+      // cluster within the budget where the GEMMs need no split-K (fused_seed).
+      {"workspace_mib", bwd ? std::vector<int64_t>{KernelConfig::kDefaultWorkspaceMib, 0}
                             : std::vector<int64_t>{KernelConfig::kDefaultWorkspaceMib},
        [](KernelConfig& c, int64_t v) { c.workspace_mib = static_cast<int>(v); }},
       {"fused", bwd ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0},
@@ -183,8 +186,9 @@ SearchSpace flce_space(const Problem& p) {
   // and its fused counterparts: in forward the statistics-only GEMM in row chunks
   // of 32 MiB of X (flce_fused_forward: 1.01× one GEMM against the cuBLASLt
   // default's 1.12× for Llama-3-8B on the H100), in forward+backward the
-  // default's chunks within the same scratch (fused_seed) with dW on either
-  // library. Where the backend cannot run one it is not in the grid, and guided
+  // default's chunks within the same scratch (fused_seed): the cooperative
+  // logits GEMM with dW on CUTLASS, and the fused default's logits GEMM with dW
+  // on cuBLASLt (flce_fused_forward_backward). Where the backend cannot run one it is not in the grid, and guided
   // search skips it.
   const KernelConfig grid_def = grid_default(p);
   s.seeds.push_back(grid_def);

@@ -154,7 +154,6 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   // each, 4 more with label smoothing), a fp32 dW accumulator when asked, and the
   // GEMM workspace (workspace_mib). Qwen2.5-7B's seed once took 259 MiB, past
   // tune's 256, and was never measured.
-  const int bn = kSm90LogitsBlockN[0], bm = kSm90LogitsBlockM[0];
   for (int64_t V : {32000, 50257, 128256, 152064, 256000})
     for (int64_t H : {768, 2304, 3584, 4096, 8192})
       for (int64_t N : {1024, 4096, 8192, 32768})
@@ -167,25 +166,32 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
           CAPTURE(p.key());
           const SearchSpace s = flce_space(p);
           REQUIRE(s.seeds.size() == 3u);
-          const KernelConfig& f = s.seeds[1];
-          CAPTURE(to_string(f));
-          const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
-          int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
-          // Without a dZ pass the partials' space holds the scaled X too, beside a row factor.
-          if (scaled && f.one_pass(p)) parts = std::max(parts, rc * H * 2) + 4 * rc;
-          int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + (int64_t{f.workspace_mib} << 20);
-          if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
-          CHECK(bytes <= (int64_t{256} << 20));
-          if (f.row_chunk) CHECK(f.row_chunk % kSm90LogitsClusterRows[0] == 0);  // whole clusters
+          // seeds[1] on the cooperative row 0, seeds[2] on the default's row
+          // (the ping-pong 128×192 from H = 2048): 192-column tiles, more partials.
+          CHECK(s.seeds[1].logits_kernel.empty());
+          CHECK(s.seeds[2].logits_kernel == (H >= 2048 ? kSm90LogitsVariantNames[1] : ""));
+          for (int v : {0, H >= 2048 ? 1 : 0}) {
+            const KernelConfig& f = s.seeds[1 + v];
+            CAPTURE(to_string(f));
+            const int bn = kSm90LogitsBlockN[v], bm = kSm90LogitsBlockM[v];
+            const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
+            int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
+            // Without a dZ pass the partials' space holds the scaled X too, beside a row factor.
+            if (scaled && f.one_pass(p)) parts = std::max(parts, rc * H * 2) + 4 * rc;
+            int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + (int64_t{f.workspace_mib} << 20);
+            if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
+            CHECK(bytes <= (int64_t{256} << 20));
+            if (f.row_chunk) CHECK(f.row_chunk % kSm90LogitsClusterRows[v] == 0);  // whole clusters
+          }
         }
-  // Llama-3-8B: 1024 rows with a 1 MiB workspace (four chunks at N = 4096, not
+  // Llama-3-8B: 1024 rows with no workspace (four chunks at N = 4096, not
   // six of 768); Llama-3-70B likewise. Qwen2.5-7B's dX GEMM is too skinny for an
   // unsplit GEMM (768 rows at H = 3584), so it keeps the workspace and 512 rows;
   // so does Gemma-2-2B.
   Problem p;
   p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward_backward;
   CHECK(flce_space(p).seeds[1].row_chunk == 1024);
-  CHECK(flce_space(p).seeds[1].workspace_mib == 1);
+  CHECK(flce_space(p).seeds[1].workspace_mib == 0);
   CHECK(flce_space(p.with_tokens(32768)).seeds[1].row_chunk == 1024);
   p.hidden = 8192;
   CHECK(flce_space(p).seeds[1].row_chunk == 1024);
@@ -196,7 +202,7 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
   p.hidden = 4096, p.vocab = 128256, p.tokens = 1024;  // one chunk instead of two
   CHECK(flce_space(p).seeds[1].row_chunk == 0);
-  CHECK(flce_space(p).seeds[1].workspace_mib == 1);
+  CHECK(flce_space(p).seeds[1].workspace_mib == 0);
   p.tokens = 512;  // one chunk either way: the workspace stays
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
 }
@@ -211,20 +217,18 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(f.row_chunk == 4096);  // 32 MiB of X a chunk: L2-resident on H100 and H200
   CHECK(f.v_chunk == 0);
   CHECK_NOTHROW(validate_config(p, f));
-  CHECK(f.logits_kernel == kSm90LogitsVariantNames[kSm90ForwardLogitsVariant]);  // ping-pong 128×192
+  CHECK(f.logits_kernel == kSm90LogitsVariantNames[kSm90PingpongLogitsVariant]);  // ping-pong 128×192
   CHECK(device_default(p.with_tokens(4096), yes).row_chunk == 0);  // one chunk
-  // Above N·H·V = 2e13 (a call held at the power limit: Llama-3-70B at 32768
-  // tokens) the cooperative row 0, in the same 32 MiB chunks of X.
-  CHECK(!device_default(p.with_tokens(32768), yes).logits_kernel.empty());  // 1.7e13
+  // Llama-3-70B at 32768 tokens: the ping-pong row too, in 32 MiB chunks of X.
   Problem big = p.with_tokens(32768);
   big.hidden = 8192;
-  CHECK(device_default(big, yes).logits_kernel.empty());
+  CHECK(device_default(big, yes).logits_kernel == kSm90LogitsVariantNames[kSm90PingpongLogitsVariant]);
   CHECK(device_default(big, yes).row_chunk == 2048);
   // Row 1's 192-column tiles take a third more partials: at Gemma-2-2B's 256000
   // columns 1334 tiles × 8 bytes a row allow 3144 rows, 3072 in clusters.
   Problem g = p.with_tokens(4096);
   g.hidden = 2304, g.vocab = 256000, g.loss.softcap = 30;
-  CHECK(device_default(g, yes).logits_kernel == kSm90LogitsVariantNames[kSm90ForwardLogitsVariant]);
+  CHECK(device_default(g, yes).logits_kernel == kSm90LogitsVariantNames[kSm90PingpongLogitsVariant]);
   CHECK(device_default(g, yes).row_chunk == 3072);
   // At H = 768 row 0 (no mainloop to hide the epilogue under): 21845 rows of X
   // would fit 32 MiB, but their partials would not: 501 tiles × 8 bytes a row
@@ -240,8 +244,9 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   p.vocab = 128256, p.hidden = 4096;
   CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
   // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), within the
-  // default's 256 MiB with dW on cuBLASLt, in 1024-row chunks beside a 1 MiB
-  // workspace (one chunk at N = 1024); elsewhere the cuBLASLt default.
+  // default's 256 MiB with the ping-pong logits GEMM and dW on cuBLASLt, in
+  // 1024-row chunks beside no workspace (one chunk at N = 1024); elsewhere
+  // the cuBLASLt default.
   p.mode = Mode::forward_backward;
   for (int64_t h : {4096, 8192})
     for (int64_t n : {1024, 4096, 32768}) {
@@ -250,9 +255,10 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
       CAPTURE(q.key());
       const KernelConfig b = device_default(q, yes);
       CHECK(b.impl == KernelConfig::Impl::fused);
+      CHECK(b.logits_kernel == kSm90LogitsVariantNames[kSm90PingpongLogitsVariant]);
       CHECK(b.dw_kernel == kDwOnCublaslt);
       CHECK(b.row_chunk == (n == 1024 ? 0 : 1024));
-      CHECK(b.workspace_mib == 1);
+      CHECK(b.workspace_mib == 0);
       CHECK(b.dw_acc_fp32 == (n == 1024));  // a 2 GiB fp32 dW does not fit 256 MiB; one chunk has none
       CHECK_NOTHROW(validate_config(q, b));
       CHECK(b == flce_space(q).seeds[2]);  // what tune measures right after the start

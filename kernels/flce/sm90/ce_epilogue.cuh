@@ -11,7 +11,7 @@
 //   row and tile to [tiles_n][rows_pad], no atomics; merge_stats (stats.cu) folds
 //   them. With a softcap s (up to kSm90FixedReferenceMaxSoftcap), m = s: ẑ ≤ s
 //   bounds every term, so one pass does it all; otherwise m = the row's max over
-//   the tile, a second pass over the ẑ it kept.
+//   the tile, from a first pass over the accumulators.
 //   ẑ at the row's target, by the one thread that holds that column.
 //   With scaled_dz (softcap on, bf16; flce.cu says when), the tile holds instead
 //   q = exp(ẑ − s)·(1 − tanh²(z/s)): dZ = a_i·q off the target,
@@ -191,48 +191,75 @@ class CeStatsEpilogue {
       if (y >= n0 && y < n0 + valid_n) tcol[r] = static_cast<int>(y - n0);
     }
 
-    // ẑ at a row's target, written by the thread that holds its column pair.
-    auto target = [&](int r, int c, int col, float x0, float x1) {
-      if ((tcol[r] >> 1) == (col >> 1))  // the target is column col or col + 1
-        params.z_target[m0 + get<0>(crd(r, c))] = (tcol[r] & 1) ? x1 : x0;
+    // ẑ at a row's target, kept by the thread that holds its column pair and
+    // written after the loop: a store under a branch in every pair split the
+    // loop into blocks that ptxas scheduled, and spilled, one by one.
+    float zt[kR];
+    bool hit[kR];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) zt[r] = 0.0f, hit[r] = false;
+    auto target = [&](int r, int col, float x0, float x1) {
+      const bool here = (tcol[r] >> 1) == (col >> 1);  // the target is column col or col + 1
+      zt[r] = here ? ((tcol[r] & 1) ? x1 : x0) : zt[r];
+      hit[r] = hit[r] || here;
     };
-    auto store_pair = [&](int row, int col, bool ok1, uint32_t bits) {
-      Element* at = params.tile + (m0 + row) * params.ld_tile + n0 + col;
+    // Addresses as a pointer per row plus the column's offset from the thread's
+    // first column, which is a constant once the loops unroll: from (m0 + row)·ld
+    // + n0 + col, nvcc computed and kept a 64-bit address for every pair, and the
+    // ping-pong tile's 192 accumulators left no registers for them (10 KB of
+    // spills).
+    const int col0 = get<1>(crd(0, 0));
+    Element* row_at[kR] = {};
+    if constexpr (StoreTile) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kR; ++r) row_at[r] = params.tile + (m0 + get<0>(crd(r, 0))) * params.ld_tile + n0 + col0;
+    }
+    const Element* bias_at = params.bias ? params.bias + n0 + col0 : nullptr;
+    auto store_pair = [&](int r, int col, bool ok1, uint32_t bits) {
+      Element* at = row_at[r] + (col - col0);
       if (ok1)
         *reinterpret_cast<uint32_t*>(at) = bits;
       else
         *reinterpret_cast<uint16_t*>(at) = static_cast<uint16_t>(bits);
     };
-    // Every adjacent column pair of each row this thread holds: f(r, c, row, col,
+    // Every adjacent column pair of each row this thread holds: f(r, col, in,
     // ok0, ok1, x0, x1, bits) with the pair rounded to the input dtype (bits, as
     // the tile stores them) and with its bias added (x); ok: the column is inside
-    // the vocabulary. has_bias is a compile-time flag: without a bias the loop
-    // carries no test and no add for it.
-    auto each_pair = [&](auto has_bias, auto&& f) {
+    // the vocabulary, in: and the row inside the problem (the pair is stored).
+    // has_bias and full (the tile lies wholly inside the problem) are compile-time
+    // flags: the loop carries no test for what they rule out.
+    auto each_pair = [&](auto has_bias, auto full, auto&& f) {
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kC; c += 2) {
         const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
-        const bool ok0 = col < valid_n, ok1 = col + 1 < valid_n;
+        const bool ok0 = full || col < valid_n, ok1 = full || col + 1 < valid_n;
         float b0 = 0.0f, b1 = 0.0f;
         if constexpr (decltype(has_bias)::value) {
-          if (ok0) b0 = static_cast<float>(params.bias[n0 + col]);
-          if (ok1) b1 = static_cast<float>(params.bias[n0 + col + 1]);
+          if (ok0) b0 = static_cast<float>(bias_at[col - col0]);
+          if (ok1) b1 = static_cast<float>(bias_at[col - col0 + 1]);
         }
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) {
           float x0, x1;
           const uint32_t bits = round_pair<Element>(acc(r, c), acc(r, c + 1), x0, x1);
           if constexpr (decltype(has_bias)::value) x0 += b0, x1 += b1;
-          f(r, c, get<0>(crd(r, c)), col, ok0, ok1, x0, x1, bits);
+          f(r, col, full || (ok0 && get<0>(crd(r, c)) < valid_m), ok0, ok1, x0, x1, bits);
         }
       }
     };
-    // Runs g(has_bias) with the flag as a compile-time constant.
-    auto with_bias = [&](auto&& g) {
+    // Runs g(has_bias, full) with both flags as compile-time constants.
+    auto with_flags = [&](auto&& g) {
+      const bool full = valid_m == kBM && valid_n == kBN;
+      auto fit = [&](auto has_bias) {
+        if (full)
+          g(has_bias, cute::true_type{});
+        else
+          g(has_bias, cute::false_type{});
+      };
       if (params.bias)
-        g(cute::true_type{});
+        fit(cute::true_type{});
       else
-        g(cute::false_type{});
+        fit(cute::false_type{});
     };
 
     if (params.softcap > 0.0f && params.softcap <= kSm90FixedReferenceMaxSoftcap) {
@@ -245,41 +272,41 @@ class CeStatsEpilogue {
       // would cancel (|z| ≫ s). ẑ is taken in log2 units, y = ẑ·log2(e) =
       // sl·tanh(z/s) with sl = s·log2(e): the sum's exponent is then y − sl, one add.
       const float sl = params.softcap * kLog2e, k = -2.0f * kLog2e * inv_cap;
-      auto bounded = [&](auto has_bias, auto store_q, auto store_z, auto approx) {
-        each_pair(has_bias, [&](int r, int c, int row, int col, bool ok0, bool ok1, float z0, float z1, uint32_t bits) {
+      auto bounded = [&](auto has_bias, auto full, auto store_q, auto store_z, auto approx) {
+        each_pair(has_bias, full, [&](int r, int col, bool in, bool ok0, bool ok1, float z0, float z1, uint32_t bits) {
           if constexpr (decltype(store_z)::value)
-            if (row < valid_m && ok0) store_pair(row, col, ok1, bits);
+            if (in) store_pair(r, col, ok1, bits);
           float e0, e1, r0, r1, y0, y1;
           if constexpr (decltype(approx)::value) {
             y0 = sl * tanh_approx(z0 * inv_cap), y1 = sl * tanh_approx(z1 * inv_cap);
           } else {
             y0 = softcap_scaled(z0, k, sl, &e0, &r0), y1 = softcap_scaled(z1, k, sl, &e1, &r1);
           }
-          target(r, c, col, y0 * kLn2, y1 * kLn2);
+          target(r, col, y0 * kLn2, y1 * kLn2);
           const float t0 = ok0 ? exp2_approx(y0 - sl) : 0.0f;
           const float t1 = ok1 ? exp2_approx(y1 - sl) : 0.0f;
           sum[r] += t0 + t1;
           if (smoothing) sz[r] += (ok0 ? y0 : 0.0f) + (ok1 ? y1 : 0.0f);
           if constexpr (decltype(store_q)::value) {
             // q = exp(ẑ − s)·(1 − tanh²)
-            if (row < valid_m && ok0)
-              store_pair(row, col, ok1, pack_pair<Element>(t0 * softcap_dtanh(e0, r0), t1 * softcap_dtanh(e1, r1)));
+            if (in)
+              store_pair(r, col, ok1, pack_pair<Element>(t0 * softcap_dtanh(e0, r0), t1 * softcap_dtanh(e1, r1)));
           }
         });
       };
-      with_bias([&](auto has_bias) {
+      with_flags([&](auto has_bias, auto full) {
         constexpr cute::true_type yes{};
         constexpr cute::false_type no{};
         if constexpr (StoreTile) {
           if (params.scaled_dz)
-            bounded(has_bias, yes, no, no);
+            bounded(has_bias, full, yes, no, no);
           else
-            bounded(has_bias, no, yes, no);
+            bounded(has_bias, full, no, yes, no);
         } else {
           if (params.approx_softcap)
-            bounded(has_bias, no, no, yes);
+            bounded(has_bias, full, no, no, yes);
           else
-            bounded(has_bias, no, no, no);
+            bounded(has_bias, full, no, no, no);
         }
       });
       CUTLASS_PRAGMA_UNROLL
@@ -287,42 +314,68 @@ class CeStatsEpilogue {
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kR; ++r) mx[r] = params.softcap;
     } else {
-      // Two passes: round, store z, bias, softcap (above kSm90FixedReferenceMaxSoftcap),
-      // row max (and Σẑ); then Σ exp(ẑ − m) with the quad's max. The branch is
-      // taken once per tile: each side is one straight run of code.
-      float zh[kR][kC];  // ẑ, or −inf past the vocabulary's end
-      auto logits = [&](auto has_bias, auto capped) {
-        each_pair(has_bias, [&](int r, int c, int row, int col, bool ok0, bool ok1, float x0, float x1, uint32_t bits) {
+      // Two passes over the accumulators, neither of which keeps ẑ: first each
+      // row's reference m, the max of ẑ over the tile, then round, store z, bias,
+      // softcap (above kSm90FixedReferenceMaxSoftcap), Σ exp(ẑ − m) and Σẑ. A
+      // copy of ẑ for the second pass held 128 (cooperative) or 192 (ping-pong)
+      // more registers a thread, and ptxas spilled 10 KB of the ping-pong tile
+      // kernel's. Rounding and the softcap are monotonic, so without a bias
+      // m = softcap(round(max z)) is the max of ẑ exactly; with one, the first
+      // pass rounds and adds the bias itself. fmaxf drops NaN; the sum carries it.
+      auto row_max = [&](auto has_bias, auto full) {
+        auto take = [&](int r, bool ok0, bool ok1, float x0, float x1) {
+          mx[r] = fmaxf(mx[r], fmaxf(ok0 ? x0 : -INFINITY, ok1 ? x1 : -INFINITY));
+        };
+        if constexpr (decltype(has_bias)::value) {
+          each_pair(has_bias, full, [&](int r, int, bool, bool ok0, bool ok1, float x0, float x1, uint32_t) {
+            take(r, ok0, ok1, x0, x1);
+          });
+        } else {
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kC; c += 2) {
+            const int col = get<1>(crd(0, c));
+            CUTLASS_PRAGMA_UNROLL
+            for (int r = 0; r < kR; ++r)
+              take(r, full || col < valid_n, full || col + 1 < valid_n, acc(r, c), acc(r, c + 1));
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kR; ++r) {
+          // The quad that shares a row holds all of its BLOCK_N columns.
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+          if constexpr (!decltype(has_bias)::value) {
+            float unused;
+            round_pair<Element>(mx[r], mx[r], mx[r], unused);
+          }
+          if (params.softcap > 0.0f) mx[r] = softcap_fast(mx[r], params.softcap, inv_cap);
+        }
+      };
+      auto sums = [&](auto has_bias, auto full, auto capped) {
+        float ml[kR];  // (ẑ − m)·log2(e) = ẑ·log2(e) − ml: one FFMA an element
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kR; ++r) ml[r] = mx[r] * kLog2e;
+        each_pair(has_bias, full, [&](int r, int col, bool in, bool ok0, bool ok1, float x0, float x1, uint32_t bits) {
           if constexpr (StoreTile)
-            if (row < valid_m && ok0) store_pair(row, col, ok1, bits);
+            if (in) store_pair(r, col, ok1, bits);
           if constexpr (decltype(capped)::value) {
             x0 = softcap_fast(x0, params.softcap, inv_cap);
             x1 = softcap_fast(x1, params.softcap, inv_cap);
           }
-          zh[r][c] = ok0 ? x0 : -INFINITY;
-          zh[r][c + 1] = ok1 ? x1 : -INFINITY;
-          target(r, c, col, x0, x1);
-          mx[r] = fmaxf(mx[r], fmaxf(zh[r][c], zh[r][c + 1]));  // fmaxf drops NaN; the sum below carries it
+          target(r, col, x0, x1);
+          // Masked columns add nothing; a row of NaN (m = −inf) sums to NaN.
+          sum[r] += (ok0 ? exp2_approx(fmaf(x0, kLog2e, -ml[r])) : 0.0f) +
+                    (ok1 ? exp2_approx(fmaf(x1, kLog2e, -ml[r])) : 0.0f);
           if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
         });
       };
-      with_bias([&](auto has_bias) {
+      with_flags([&](auto has_bias, auto full) {
+        row_max(has_bias, full);
         if (params.softcap > 0.0f)
-          logits(has_bias, cute::true_type{});
+          sums(has_bias, full, cute::true_type{});
         else
-          logits(has_bias, cute::false_type{});
+          sums(has_bias, full, cute::false_type{});
       });
-      // The quad that shares a row holds all of its BLOCK_N columns. Masked
-      // columns give exp(−inf) = 0; a NaN logit (or a row of them, m = −inf)
-      // makes the sum NaN, and the loss with it.
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kR; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float ml = mx[r] * kLog2e;  // one FFMA an element: (ẑ − m)·log2(e) = ẑ·log2(e) − ml
-        CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < kC; ++c) sum[r] += exp2_approx(fmaf(zh[r][c], kLog2e, -ml));
-      }
     }
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kR; ++r) {
@@ -333,6 +386,9 @@ class CeStatsEpilogue {
         sz[r] += __shfl_xor_sync(0xffffffffu, sz[r], 2);
       }
     }
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r)
+      if (hit[r]) params.z_target[m0 + get<0>(crd(r, 0))] = zt[r];
     if (thread_idx % 4 != 0) return;  // one lane of the quad writes the row's partial
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kR; ++r) {

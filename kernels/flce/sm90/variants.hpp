@@ -20,20 +20,24 @@
 // in place across row chunks with K = rows: at 896 rows a 128×128 ping-pong tile
 // sat at 85% of L2 throughput, and a 256×128 cooperative tile whose 1×2 cluster
 // multicasts the dZ slab halves that traffic (27.1 against 28.4 ms per step).
-// One row each keeps the CI build to eight CUTLASS units (~1–2 minutes each).
+// One row each kept the CI build to eight CUTLASS units; row 1 below makes twelve
+// (~1–2 minutes each).
 //
-// Row 1, ping-pong 128×192, is the forward's (kSm90ForwardLogitsVariant): its
-// A/B intensity is close to the cooperative tile's (40 KB of A and B a 128×192×64
-// step against 48 KB for 128×256×64 over two warp groups; the 64×256 and
-// 128×128 ping-pong tiles above loaded 25–67% more a MAC), and each warp group's
-// statistics-only epilogue runs under the other's mainloop. H100, 2026-11-24,
-// forward N = 4096, rounds with the floor: Llama-3-8B 6.165 / 6.328 ms (1.010× /
-// 1.016× one GEMM) against 6.426 / 6.558 (1.053×) for row 0, Gemma-2-2B 7.000 /
-// 6.991 (1.008× / 1.012×) against 7.648 / 7.544 (1.10× / 1.09×). Storing the
-// tile it loses (Llama-3-8B forward+backward in 1024-row chunks 21.50 / 21.64
-// against 20.84 / 21.06 ms, Gemma-2-2B 31.7 / 31.9 against 24.1): its 192
-// accumulators a thread leave the epilogue too few registers (ptxas: 10 KB of
-// spills with the tile, 5 KB without, which the overlap hides).
+// Row 1, ping-pong 128×192, is the default's wherever H ≥ 2048
+// (kSm90PingpongLogitsVariant, flce/space.cpp): its A/B intensity is close to the
+// cooperative tile's (40 KB of A and B a 128×192×64 step against 48 KB for
+// 128×256×64 over two warp groups; the 64×256 and 128×128 ping-pong tiles above
+// loaded 25–67% more a MAC), and each warp group's epilogue runs under the
+// other's mainloop. Its 192 accumulators a thread leave the epilogue 40 of the
+// 232 registers: ce_epilogue.cuh keeps no copy of ẑ and addresses each row from
+// one pointer, without which ptxas spilled 10 KB and the tile-storing GEMM lost
+// to row 0 (Gemma-2-2B forward+backward 31.2 against 24.0 ms). Without the
+// spills, H100, 2026-11-24, rows in the same process: forward 0.96–0.99× one
+// GEMM against 1.00–1.09× (Llama-3-8B and -70B, Gemma-2-2B, Qwen2.5-7B);
+// forward+backward 1.09× the 3-GEMM floor against 1.16× (Llama-3-8B N = 16384),
+// 1.08× against 1.13× (Llama-3-70B N = 8192). At GPT-2's H = 768, with little
+// mainloop to hide an epilogue under, row 0 stays ahead (forward 1.11× against
+// 1.19×).
 #pragma once
 
 #include "model/config.hpp"
@@ -66,9 +70,9 @@ inline constexpr int kSm90LogitsBlockN[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE
 // multiple computes padding rows (896 rows ran as 1024 on the 2×1 cluster).
 #define CELTUNE_SM90_CLUSTER_ROWS(idx, bm, bn, bk, cm, cn, pp, name) bm * cm,
 inline constexpr int kSm90LogitsClusterRows[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_CLUSTER_ROWS)};
-// The logits variant of the fused forward's default (flce_fused_forward): row 1
+// The logits variant of the fused defaults where H ≥ 2048 (flce/space.cpp): row 1
 // above says why.
-inline constexpr int kSm90ForwardLogitsVariant = 1;
+inline constexpr int kSm90PingpongLogitsVariant = 1;
 #undef CELTUNE_SM90_CLUSTER_ROWS
 #undef CELTUNE_SM90_BLOCK_M
 #undef CELTUNE_SM90_BLOCK_N

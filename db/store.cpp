@@ -804,13 +804,6 @@ void check_record(const BestEntry& b) {
   if (std::fabs(b.speedup - b.default_ms / b.stats.median_ms) > 1e-9 * b.speedup)
     fail_usage("speedup " + format_double(b.speedup) + " is not default_ms / median_ms (" +
                format_double(b.default_ms / b.stats.median_ms) + ")");
-  // Pinned cuBLASLt algorithms as kernels/flce/context.cu serialises them: 64
-  // bytes as 128 lowercase hex digits (empty: the heuristic's), with the version.
-  for (const auto& a : b.config.gemm_algos)
-    if (!a.empty() && (a.size() != 128 || a.find_first_not_of("0123456789abcdef") != std::string::npos))
-      fail_usage("gemm_algos entry is not a serialised cuBLASLt algorithm (128 lowercase hex digits)");
-  if (!b.config.gemm_algos.empty() && b.config.gemm_algos_cublaslt <= 0)
-    fail_usage("gemm_algos_cublaslt must name the cuBLASLt version the algorithms were tuned with");
   if (!printable(b.celtune_version, 64) || !printable(b.cublaslt, 64))
     fail_usage("celtune_version and cublaslt must be at most 64 bytes of UTF-8 without control characters");
 }

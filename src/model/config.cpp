@@ -87,6 +87,13 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (!c.gemm_algos.empty() && c.gemm_algos.size() != 3)
     fail_usage("gemm_algos holds one entry per GEMM role (logits, dX, dW): 3, got " +
                std::to_string(c.gemm_algos.size()));
+  // Pinned cuBLASLt algorithms as kernels/flce/context.cu serialises them: 64
+  // bytes as 128 lowercase hex digits (empty: the heuristic's), with the version.
+  for (const auto& a : c.gemm_algos)
+    if (!a.empty() && (a.size() != 128 || a.find_first_not_of("0123456789abcdef") != std::string::npos))
+      fail_usage("gemm_algos entry is not a serialised cuBLASLt algorithm (128 lowercase hex digits)");
+  if (!c.gemm_algos.empty() && c.gemm_algos_cublaslt <= 0)
+    fail_usage("gemm_algos_cublaslt must name the cuBLASLt version the algorithms were tuned with");
 }
 
 namespace {

@@ -18,13 +18,21 @@ using namespace celtune;
 
 namespace {
 
+// A stand-in for a serialised cuBLASLt algorithm (128 lowercase hex digits, as
+// validate_config asks): the tag's bytes in hex, padded with zeros.
+std::string algo(const std::string& tag) {
+  std::string hex;
+  for (unsigned char ch : tag) hex += "0123456789abcdef"[ch >> 4], hex += "0123456789abcdef"[ch & 15];
+  return hex + std::string(128 - hex.size(), '0');
+}
+
 // Role dX's third candidate is 10% faster; role dW's second is 0.5% faster,
 // below the 1% that justifies pinning a cuBLASLt version.
 double synthetic_ms(const KernelConfig& c) {
   double ms = 1.0 + 0.01 * c.block_size / 1024.0 + (c.fused ? 0.002 : 0.0);
   if (!c.gemm_algos.empty()) {
-    if (c.gemm_algos[1] == "X2") ms *= 0.90;
-    if (c.gemm_algos[2] == "W1") ms *= 0.995;
+    if (c.gemm_algos[1] == algo("X2")) ms *= 0.90;
+    if (c.gemm_algos[2] == algo("W1")) ms *= 0.995;
   }
   return ms;
 }
@@ -52,7 +60,9 @@ class SyntheticGpu : public Backend {
   std::unique_ptr<Workload> prepare(const Problem&, uint64_t) override { return std::make_unique<SyntheticWorkload>(ms); }
   std::vector<std::vector<std::string>> gemm_candidates(const Problem&, const KernelConfig&, int k) override {
     CHECK(k == 3);
-    return {{"L0", "L1", "L2"}, {"X0", "X1", "X2"}, {"W0", "W1", "W2"}};
+    return {{algo("L0"), algo("L1"), algo("L2")},
+            {algo("X0"), algo("X1"), algo("X2")},
+            {algo("W0"), algo("W1"), algo("W2")}};
   }
   std::function<double(const KernelConfig&)> ms = synthetic_ms;
 
@@ -78,9 +88,9 @@ TEST_CASE("the algorithm stage keeps a >1% faster cuBLASLt candidate per role, s
     r = tune_problem(backend, store, p, o);
     CHECK(r.algo_evaluated == 6);  // two other candidates for each of three roles
     REQUIRE(r.best.gemm_algos.size() == 3);
-    CHECK(r.best.gemm_algos[0] == "L0");  // no logits candidate was faster: the heuristic's
-    CHECK(r.best.gemm_algos[1] == "X2");  // 10% faster: kept
-    CHECK(r.best.gemm_algos[2] == "W0");  // 0.5% faster: not worth pinning a version
+    CHECK(r.best.gemm_algos[0] == algo("L0"));  // no logits candidate was faster: the heuristic's
+    CHECK(r.best.gemm_algos[1] == algo("X2"));  // 10% faster: kept
+    CHECK(r.best.gemm_algos[2] == algo("W0"));  // 0.5% faster: not worth pinning a version
     CHECK(r.best.gemm_algos_cublaslt == 130100);
     CHECK(r.speedup > 1.05);
     const auto best = store.best_entries();
@@ -141,7 +151,8 @@ TEST_CASE("guided search measures an earlier winner for the same GPU and problem
     b.device.name = device;
     b.problem = p;
     b.config = winner;
-    b.config.gemm_algos = {"L9", "X9", "W9"}, b.config.gemm_algos_cublaslt = 120000;  // stripped: searched again
+    // Stripped: searched again.
+    b.config.gemm_algos = {algo("L9"), algo("X9"), algo("W9")}, b.config.gemm_algos_cublaslt = 120000;
     b.stats.median_ms = b.stats.p20_ms = b.stats.p80_ms = 0.4, b.stats.samples = 3;
     b.default_ms = 1.0, b.speedup = 2.5;
     b.celtune_version = "0.0.1", b.kernel_hash = "0123456789abcdef", b.cublaslt = "12.0.0";

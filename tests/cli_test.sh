@@ -690,6 +690,23 @@ contains err "ce rows skipped" "bench says why the ce rows are missing"
 expect 2 "bench --family ce --no-ce" -- "$celtune" bench --device cpu --family ce --shape 8,0,200 --no-ce
 contains err "--no-ce with --family ce leaves nothing to time" "bench says the flags leave nothing"
 if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench on the CPU claims an L2 flush"; else passes=$((passes + 1)); fi
+# A bad --config is refused before anything is timed or printed.
+expect 2 "bench with a config that is not JSON" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20 --config '{bad'
+if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench printed progress before refusing its config"; else passes=$((passes + 1)); fi
+# A pinned cuBLASLt algorithm that import would refuse is refused here too.
+expect 2 "bench with a gemm_algos entry that is no serialised algorithm" -- "$celtune" bench --device cpu \
+  --shape 8,16,200 --runs 20 --config '{"gemm_algos":["x","",""],"gemm_algos_cublaslt":1}'
+contains err "not a serialised cuBLASLt algorithm" "bench names the bad gemm_algos entry"
+if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench printed progress before refusing gemm_algos"; else passes=$((passes + 1)); fi
+# The same config given twice is timed once; CSV gives the extra memory in bytes.
+expect 0 "bench --csv with a config given twice" -- \
+  "$celtune" bench --device cpu --shape 8,16,200 --runs 20 --no-unfused --config '{}' --config '{ }' --csv
+if [ "$(grep -c '^flce,celtune,' "$tmp/out")" -eq 1 ]; then passes=$((passes + 1)); else
+  fails=$((fails + 1)); echo "FAIL: a config given twice gave $(grep -c '^flce,celtune,' "$tmp/out") rows"; fi
+contains out "extra bytes" "bench --csv names its memory column in bytes"
+if awk -F, 'NR > 1 && $NF !~ /^[0-9]+$/ { bad = 1 } END { exit !bad }' "$tmp/out"; then
+  fails=$((fails + 1)); echo "FAIL: bench --csv wrote a size that is not a number of bytes"; sed 's/^/  | /' "$tmp/out"
+else passes=$((passes + 1)); fi
 
 # Progress: a piped validate prints each case as it finishes (line by line).
 expect 0 "validate progress when piped" -- "$celtune" validate --device cpu --shape 5,16,300 --dtype bf16,fp32 --seed 1

@@ -90,6 +90,15 @@ Action register_bench(CLI::App& app) {
     if (!names_problem(pa)) pa.model = "llama3-8b", pa.tokens = "4096,8192,16384";  // the Llama-3-8B classifier
     if (pa.tokens.empty() && pa.shape.empty()) pa.tokens = "4096,8192,16384";
     const auto problems = build_problems(pa);
+    // Configs are read before anything is timed or printed, and each is timed
+    // once however often it was given.
+    std::vector<KernelConfig> given;
+    for (const auto& js : a->configs) {
+      const KernelConfig c = parse_config_json(js);
+      if (std::find(given.begin(), given.end(), c) == given.end()) given.push_back(c);
+    }
+    for (const Problem& p : problems)
+      for (const KernelConfig& c : given) validate_config(p, c);
     // The flce problems also time ce on their logits; a ce problem has nothing else.
     if (a->no_ce && std::none_of(problems.begin(), problems.end(), [](const Problem& p) { return p.family == Family::flce; }))
       fail_usage("--no-ce with --family ce leaves nothing to time");
@@ -104,7 +113,7 @@ Action register_bench(CLI::App& app) {
       double ops = 0.0;
       for (const Problem& p : problems) {
         const double run = call_ops(p);
-        const double rows = static_cast<double>(std::max<size_t>(1, a->configs.size())) +
+        const double rows = static_cast<double>(std::max<size_t>(1, given.size())) +
                             (p.family == Family::flce && !a->no_unfused ? 1.0 : 0.0);
         ops += run * rows * static_cast<double>(a->runs + 3);
       }
@@ -125,8 +134,7 @@ Action register_bench(CLI::App& app) {
     for (const Problem& p0 : problems) {
       if (!a->json && !a->csv) std::cerr << "bench: " << p0.key() << '\n';
       const Floors f = backend->measure_floors(p0);
-      std::vector<KernelConfig> configs;
-      for (const auto& js : a->configs) configs.push_back(parse_config_json(js));
+      std::vector<KernelConfig> configs = given;
       if (configs.empty())
         configs.push_back(device_default(p0, [&](const KernelConfig& c) { return backend->supports(p0, c); }));
       if (p0.family == Family::flce) {
@@ -192,7 +200,7 @@ Action register_bench(CLI::App& app) {
           const double elems = static_cast<double>(p.tokens) * static_cast<double>(p.vocab);
           const double bytes = elems * dtype_bytes(p.dtype) * (m == Mode::forward ? 1 : 2);
           for (KernelConfig c : ce_configs) {
-            if (p0.family == Family::ce && a->configs.empty()) c = dflt();
+            if (p0.family == Family::ce && given.empty()) c = dflt();
             const double floor_ms =
                 std::max(bytes / (f.copy_gb_per_s * 1e9) * 1e3, f.ce_copy_ms[m == Mode::forward ? 0 : 1]);
             Row r{"ce", "celtune", std::string(to_string(m)), p, to_string(c), {}, floor_ms, 0, 0,
@@ -247,14 +255,16 @@ Action register_bench(CLI::App& app) {
       std::cout << out.dump(2) << '\n';
       return 0;
     }
+    // CSV carries numbers a spreadsheet reads: the extra memory in bytes.
     Table t({"kernel", "provider", "mode", "N", "H", "V", "dtype", "config", "median ms", "p20 ms", "p80 ms",
-             "x floor", "eff TFLOP/s", "GB/s", "extra mem"});
+             "x floor", "eff TFLOP/s", "GB/s", a->csv ? "extra bytes" : "extra mem"});
     for (const Row& r : rows)
       t.add({r.kernel, r.provider, r.mode, std::to_string(r.p.tokens), std::to_string(r.p.hidden),
              std::to_string(r.p.vocab), std::string(to_string(r.p.dtype)), r.config, fmt("%.3f", r.stats.median_ms),
              fmt("%.3f", r.stats.p20_ms), fmt("%.3f", r.stats.p80_ms),
              r.floor_ms > 0 ? fmt("%.3f", r.stats.median_ms / r.floor_ms) : "-", r.tflops > 0 ? rate(r.tflops) : "-",
-             r.gbps > 0 ? rate(r.gbps) : "-", r.extra_bytes > 0 ? human_bytes(r.extra_bytes) : "-"});
+             r.gbps > 0 ? rate(r.gbps) : "-",
+             a->csv ? fmt("%.0f", r.extra_bytes) : r.extra_bytes > 0 ? human_bytes(r.extra_bytes) : "-"});
     if (a->csv) {
       t.print_csv(std::cout);
     } else {

@@ -721,11 +721,8 @@ bool printable(const std::string& s, size_t max) {
   if (s.size() > max) return false;
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) return false;
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    const size_t n = utf8_sequence_length(s, i);
+    if (c < 0x20 || c == 0x7f || n == 0) return false;
     i += n;
   }
   return true;

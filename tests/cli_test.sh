@@ -693,6 +693,13 @@ if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench
 # A bad --config is refused before anything is timed or printed.
 expect 2 "bench with a config that is not JSON" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20 --config '{bad'
 if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench printed progress before refusing its config"; else passes=$((passes + 1)); fi
+# Messages echo their input escaped: no raw invalid byte or escape sequence.
+expect 2 "an unknown preset with a 0xff byte and an escape sequence" -- \
+  "$celtune" bench --device cpu --model $'ll\xffama\x1b[31m' --tokens 8
+contains err 'll\xffama\x1b[31m' "the message shows the bytes escaped"
+if LC_ALL=C grep -q $'\xff\|\x1b' "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: a raw byte reached the message"; else passes=$((passes + 1)); fi
+expect 2 "a flag value with a 0xff byte" -- "$celtune" bench --runs $'x\xff'
+if LC_ALL=C grep -q $'\xff' "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: CLI11's message printed a raw byte"; else passes=$((passes + 1)); fi
 # A pinned cuBLASLt algorithm that import would refuse is refused here too.
 expect 2 "bench with a gemm_algos entry that is no serialised algorithm" -- "$celtune" bench --device cpu \
   --shape 8,16,200 --runs 20 --config '{"gemm_algos":["x","",""],"gemm_algos_cublaslt":1}'

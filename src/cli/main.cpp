@@ -60,6 +60,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("celtune ") + CELTUNE_VERSION);
   app.require_subcommand(1);
   app.footer("Exit codes: 0 ok, 1 validation/tuning failure, 2 usage error, 3 environment error.");
+  // Messages echo what they were given: printed escaped (error.hpp), here and below.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return printable_message(CLI::FailureMessage::simple(a, e));
+  });
 
   std::map<CLI::App*, cli::Action> actions;
   auto add = [&](const char* name, cli::Action a) { actions[app.get_subcommand(name)] = std::move(a); };
@@ -91,7 +95,7 @@ int main(int argc, char** argv) {
     // "A subcommand is required" for `celtune bogus` or `celtune db bogus`: name
     // the word that is not a command, and the commands there are.
     if (const std::string why = unknown_command(app, argc, argv); !why.empty()) {
-      std::cerr << "celtune: " << why << '\n';
+      std::cerr << "celtune: " << printable_message(why) << '\n';
       return static_cast<int>(Status::usage);
     }
     app.exit(e);
@@ -125,12 +129,12 @@ int main(int argc, char** argv) {
     cli::flush_stdout();
     return rc;
   } catch (const Error& e) {
-    std::cerr << "celtune: " << e.what() << '\n';
+    std::cerr << "celtune: " << printable_message(e.what()) << '\n';
     return static_cast<int>(e.status());
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the operating system refused (no permission, a name too long): the
     // environment, said in its own words, not an internal error.
-    std::cerr << "celtune: " << e.code().message() << ": " << e.path1().string() << '\n';
+    std::cerr << "celtune: " << e.code().message() << ": " << printable_message(e.path1().string()) << '\n';
     return static_cast<int>(Status::environment);
   } catch (const std::bad_alloc&) {
     std::cerr << "celtune: out of host memory (the problem's host copies or results do not fit this machine)\n";
@@ -138,7 +142,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // Not one of ours: a bug or resource exhaustion. Still an environment error
     // to the caller, never an abort.
-    std::cerr << "celtune: internal error: " << e.what() << '\n';
+    std::cerr << "celtune: internal error: " << printable_message(e.what()) << '\n';
     return static_cast<int>(Status::environment);
   }
 }

@@ -7,8 +7,10 @@
 // caller has to know which layer failed.
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace celtune {
 
@@ -31,5 +33,35 @@ class Error : public std::runtime_error {
 
 [[noreturn]] inline void fail_usage(const std::string& m) { throw Error(Status::usage, m); }
 [[noreturn]] inline void fail_env(const std::string& m) { throw Error(Status::environment, m); }
+
+// The length of the UTF-8 sequence that starts at s[i] (1–4), or 0 where none
+// does (a stray continuation byte, an invalid lead, a sequence cut short).
+inline size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  return n;
+}
+
+// A message as it is printed: messages echo what they were given (a flag's
+// value, a file's name), so bytes that are not UTF-8 and control characters
+// other than newline and tab are written as \xNN, never raw to the terminal.
+inline std::string printable_message(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0 || ((c < 0x20 || c == 0x7f) && c != '\n' && c != '\t')) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex, ++i;
+    } else {
+      out.append(s, i, n), i += n;
+    }
+  }
+  return out;
+}
 
 }  // namespace celtune

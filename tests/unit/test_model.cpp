@@ -27,6 +27,16 @@ TEST_CASE("problem key round-trips and is canonical") {
                   Error);
 }
 
+TEST_CASE("messages print what they echo escaped, UTF-8 kept") {
+  CHECK(printable_message("unknown preset 'x'") == "unknown preset 'x'");
+  CHECK(printable_message("λ ≥ 0\tsee\nbelow") == "λ ≥ 0\tsee\nbelow");  // UTF-8, tab, newline kept
+  CHECK(printable_message("a\xff\x1b[31mb") == "a\\xff\\x1b[31mb");        // invalid byte, escape
+  CHECK(printable_message("\xce") == "\\xce");                             // a sequence cut short
+  CHECK(printable_message("\x80z") == "\\x80z");                           // a stray continuation byte
+  CHECK(utf8_sequence_length("€", 0) == 3);
+  CHECK(utf8_sequence_length("\xe2\x82", 0) == 0);
+}
+
 TEST_CASE("problem validation names what is wrong") {
   Problem p;
   p.tokens = 8, p.hidden = 16, p.vocab = 100;

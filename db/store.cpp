@@ -658,8 +658,17 @@ std::string broken_rule(const Problem& p, const KernelConfig& c) {
   return "";
 }
 
+std::string broken_record(const BestEntry& b) {
+  try {
+    check_record(b);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::string broken_best_note(const std::string& path, const BestEntry& b) {
-  const std::string rule = broken_rule(b.problem, b.config);
+  const std::string rule = broken_record(b);
   if (rule.empty()) return "";
   return "database " + path + ": the best config stored for " + b.device.name + " " + b.problem.key() + " (" +
          to_string(b.config) + ") breaks a rule (" + rule + ")";

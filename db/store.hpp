@@ -94,8 +94,12 @@ int busy_timeout_ms();
 // when it keeps them all. import never stores such a config, so one found was
 // edited by hand or damaged; the runtime skips its row (src/runtime/resolve.cpp).
 std::string broken_rule(const Problem& p, const KernelConfig& c);
+// The rule of check_record that the stored row b breaks (its config's, or a time
+// that is not positive: a median of −1 ms), or "": import never stores such a
+// row, so one found was edited by hand or damaged, and the runtime skips it.
+std::string broken_record(const BestEntry& b);
 // "database PATH: the best config stored for DEVICE PROBLEM breaks a rule (RULE)"
-// when b's config breaks one, else "": how list, report and tune name such a row.
+// when b breaks one, else "": how list, report and tune name such a row.
 std::string broken_best_note(const std::string& path, const BestEntry& b);
 
 // One JSON object per line: {"record":"best",…} or {"record":"measurement",…},

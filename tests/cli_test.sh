@@ -191,6 +191,20 @@ expect 0 "report with a stored config the rules refuse" -- "$celtune" report --d
 contains err "breaks a rule (block_size must be" "report names the row and the rule"
 grep -q "invalid config" "$tmp/badrep/speedup.svg" && ! grep -q "block_size 48" "$tmp/badrep"/vchunk-*.svg \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report plotted the refused config unmarked"; }
+# A row with a time the rules refuse (a median of −1 ms, edited by hand) is marked
+# as a refused config is, and the runtime skips it (list and lookup once showed it plain).
+cp "$tmp/t.sqlite" "$tmp/badmed.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET median_ms = -1 WHERE rowid = (SELECT MIN(rowid) FROM best)"); c.commit()' \
+  "$tmp/badmed.sqlite"
+expect 0 "db list with a stored median of -1 ms" -- "$celtune" db --db "$tmp/badmed.sqlite" list
+contains err "breaks a rule (" "list names the row with the damaged time"
+contains out "1 INVALID" "list marks the row with the damaged time"
+: >"$tmp/lookups"
+for mode in fwd fwdbwd; do
+  "$celtune" lookup --device cpu --db "$tmp/badmed.sqlite" --shape 48,16,700 --dtype bf16 --mode $mode >>"$tmp/lookups" 2>&1
+done
+grep -q "skipped .*the stored row is damaged" "$tmp/lookups" && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: lookup used a row with a damaged time"; cat "$tmp/lookups"; }
 cp "$tmp/badcfg.sqlite" "$tmp/badtune.sqlite"
 expect 0 "tune over a stored config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
   --db "$tmp/badtune.sqlite" --min-runs 3 --max-runs 3 --json

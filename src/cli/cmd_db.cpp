@@ -82,13 +82,13 @@ int do_list(const DbArgs& a) {
   require_database(db_path(a));
   db::Store s(db_path(a), db::Access::read_only);
   const auto best = s.best_entries();
-  // A row whose config the rules refuse (damage: import never stores one) is
-  // shown marked, with a note naming it and the rule: the runtime skips it, and
-  // a plain row passed for one it would serve.
+  // A row the rules refuse (its config, or a time: damage, since import never
+  // stores one) is shown marked, with a note naming it and the rule: the runtime
+  // skips it, and a plain row passed for one it would serve.
   size_t broken = 0;
   std::vector<std::string> rules;
   for (const auto& b : best) {
-    rules.push_back(db::broken_rule(b.problem, b.config));
+    rules.push_back(db::broken_record(b));
     if (rules.back().empty()) continue;
     ++broken;
     std::cerr << "celtune: warning: " << db::broken_best_note(s.path(), b) << "; the runtime skips it\n";
@@ -109,7 +109,7 @@ int do_list(const DbArgs& a) {
   }
   t.print(std::cout);
   std::cout << counted(best.size(), "best config", "best configs");
-  if (broken) std::cout << " (" << broken << " INVALID: a config the rules refuse, which the runtime skips)";
+  if (broken) std::cout << " (" << broken << " INVALID: a row the rules refuse, which the runtime skips)";
   std::cout << ", " << counted(s.measurements().size(), "measurement", "measurements") << " in " << s.path() << '\n';
   return 0;
 }

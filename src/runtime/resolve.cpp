@@ -104,6 +104,8 @@ std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p)
   const KernelConfig& c = e.config;
   if (const std::string rule = db::broken_rule(p, c); !rule.empty())
     return "config " + celtune::to_string(c) + " does not fit " + p.key() + ": " + rule;
+  if (const std::string rule = db::broken_record(e); !rule.empty())
+    return "the stored row is damaged: " + rule;
   if (checks_.supports)
     if (std::string why = checks_.supports(p, c); !why.empty())
       return "config " + celtune::to_string(c) + " is not supported here: " + why;

@@ -361,6 +361,15 @@ bool fused_runs(const Problem& p, const KernelConfig& c) {
   return false;
 }
 
+// Every row of the logits GEMM's table (variants.hpp), as the config names it:
+// the cooperative row 0 is the unnamed default, the ping-pong row 1 the fused
+// defaults' from H = 2048, whose epilogue has its own register budget.
+std::vector<std::string> logits_rows() {
+  std::vector<std::string> out{""};
+  for (size_t i = 1; i < std::size(kSm90LogitsVariantNames); ++i) out.push_back(kSm90LogitsVariantNames[i]);
+  return out;
+}
+
 TEST_CASE("impl fused: every option of the default matrix in bf16 and fp16, one pass and two, row chunks") {
   int n = 0;
   for (const auto& vc : default_matrix(next_seed(), true)) {
@@ -372,7 +381,7 @@ TEST_CASE("impl fused: every option of the default matrix in bf16 and fp16, one 
   CHECK(n == 2 * 13 * 2);  // dtypes × option sets × (one pass, chunked)
 }
 
-TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accumulators, every loss option") {
+TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accumulators, each logits row") {
   ValidationCase vc;
   Problem& p = vc.problem;
   p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16, p.bias = true;
@@ -380,51 +389,55 @@ TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accum
   vc.config.impl = KernelConfig::Impl::fused;
   vc.config.block_size = 2048, vc.config.threads = 256;
   if (!fused_runs(p, vc.config)) return;
-  for (DType dt : {DType::bf16, DType::fp16})
-    for (int64_t v_chunk : {int64_t{0}, int64_t{16384}})
-      for (bool acc32 : {true, false}) {
-        p.dtype = dt;
-        vc.config.v_chunk = v_chunk, vc.config.row_chunk = 384;  // 384, 384, 232 rows
-        vc.config.dw_acc_fp32 = vc.config.dx_acc_fp32 = acc32;
-        vc.spec.seed = next_seed();
-        vc.name = "fused odd V";
-        expect_pass(vc);
-        vc.config.dw_kernel = kDwOnCublaslt;  // dW on cuBLASLt beside the fused statistics
-        vc.spec.seed = next_seed();
-        vc.name = "fused odd V, dW on cuBLASLt";
-        expect_pass(vc);
-        vc.config.dw_kernel.clear();
-        p.mode = Mode::forward;  // forward: the statistics GEMM alone, no tile
-        vc.spec.seed = next_seed();
-        expect_pass(vc);
-        p.mode = Mode::forward_backward;
-      }
+  for (const std::string& row : logits_rows())
+    for (DType dt : {DType::bf16, DType::fp16})
+      for (int64_t v_chunk : {int64_t{0}, int64_t{16384}})
+        for (bool acc32 : {true, false}) {
+          vc.config.logits_kernel = row;
+          p.dtype = dt;
+          vc.config.v_chunk = v_chunk, vc.config.row_chunk = 384;  // 384, 384, 232 rows
+          vc.config.dw_acc_fp32 = vc.config.dx_acc_fp32 = acc32;
+          vc.spec.seed = next_seed();
+          vc.name = "fused odd V " + row;
+          expect_pass(vc);
+          vc.config.dw_kernel = kDwOnCublaslt;  // dW on cuBLASLt beside the fused statistics
+          vc.spec.seed = next_seed();
+          vc.name = "fused odd V, dW on cuBLASLt " + row;
+          expect_pass(vc);
+          vc.config.dw_kernel.clear();
+          p.mode = Mode::forward;  // forward: the statistics GEMM alone, no tile
+          vc.spec.seed = next_seed();
+          expect_pass(vc);
+          p.mode = Mode::forward_backward;
+        }
 }
 
-TEST_CASE("impl fused: softcaps on both sides of the epilogue's fixed reference, large logits") {
+TEST_CASE("impl fused: softcaps on both sides of the epilogue's fixed reference, none, large logits, each logits row") {
   // Up to kSm90FixedReferenceMaxSoftcap the epilogue sums exp(ẑ − s) in one pass;
   // above it, exp(ẑ − m) over the row's max in two. Logits far past the cap put
   // ẑ at ±s, where exp(ẑ − s) is smallest (e^(−80) at s = 40) and the scaled
   // store's 1 − tanh² is tiny.
-  for (double cap : {static_cast<double>(kSm90FixedReferenceMaxSoftcap), 41.0, 4.0})
-    for (DType dt : {DType::bf16, DType::fp16})
-      for (Mode mode : {Mode::forward_backward, Mode::forward}) {
-        ValidationCase vc;
-        Problem& p = vc.problem;
-        p.family = Family::flce, p.tokens = 700, p.hidden = 136, p.vocab = 20011, p.dtype = dt, p.mode = mode;
-        p.loss.softcap = cap, p.bias = true;
-        vc.spec.logit_scale = 4.0 * cap;
-        vc.config.impl = KernelConfig::Impl::fused;
-        vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 256;
-        if (!fused_runs(p, vc.config)) return;
-        vc.spec.seed = next_seed();
-        vc.name = "fused, softcap " + std::to_string(cap) + " " + std::string(to_string(dt)) + " " + std::string(to_string(mode));
-        CAPTURE(vc.name);
-        expect_pass(vc);
-      }
+  for (const std::string& row : logits_rows())
+    for (double cap : {static_cast<double>(kSm90FixedReferenceMaxSoftcap), 41.0, 4.0, 0.0})
+      for (DType dt : {DType::bf16, DType::fp16})
+        for (Mode mode : {Mode::forward_backward, Mode::forward}) {
+          ValidationCase vc;
+          Problem& p = vc.problem;
+          p.family = Family::flce, p.tokens = 700, p.hidden = 136, p.vocab = 20011, p.dtype = dt, p.mode = mode;
+          p.loss.softcap = cap, p.bias = true;
+          vc.spec.logit_scale = cap > 0 ? 4.0 * cap : 40.0;
+          vc.config.impl = KernelConfig::Impl::fused, vc.config.logits_kernel = row;
+          vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 256;
+          if (!fused_runs(p, vc.config)) return;
+          vc.spec.seed = next_seed();
+          vc.name = "fused " + row + ", softcap " + std::to_string(cap) + " " + std::string(to_string(dt)) + " " +
+                    std::string(to_string(mode));
+          CAPTURE(vc.name);
+          expect_pass(vc);
+        }
 }
 
-TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every option it keeps, odd V, row chunks") {
+TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every option it keeps, odd V, each logits row") {
   // sm90_scaled_dz (variants.hpp): the logits GEMM stores q, scaled_dz_rows writes
   // the row factors, patches the target and scales X; dX takes its factor after
   // the GEMM. Each option that keeps this path, at an odd vocabulary (an
@@ -443,22 +456,23 @@ TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every opt
          p.target_type = TargetType::i32, p.loss.ignore_index = -1, p.loss.softcap = 8.0;
        }},
   };
-  for (const Opt& o : opts)
-    for (const char* dw : {"", kDwOnCublaslt}) {
-      ValidationCase vc;
-      Problem& p = vc.problem;
-      p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
-      p.loss.softcap = 30.0;
-      o.apply(p, vc.spec);
-      vc.config.impl = KernelConfig::Impl::fused;
-      vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
-      vc.config.dw_kernel = dw;
-      if (!fused_runs(p, vc.config)) return;
-      vc.spec.seed = next_seed();
-      vc.name = std::string("fused, no dZ pass: ") + o.name + (*dw ? ", dW on cuBLASLt" : "");
-      CAPTURE(vc.name);
-      expect_pass(vc);
-    }
+  for (const std::string& row : logits_rows())
+    for (const Opt& o : opts)
+      for (const char* dw : {"", kDwOnCublaslt}) {
+        ValidationCase vc;
+        Problem& p = vc.problem;
+        p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
+        p.loss.softcap = 30.0;
+        o.apply(p, vc.spec);
+        vc.config.impl = KernelConfig::Impl::fused;
+        vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
+        vc.config.dw_kernel = dw, vc.config.logits_kernel = row;
+        if (!fused_runs(p, vc.config)) return;
+        vc.spec.seed = next_seed();
+        vc.name = "fused " + row + ", no dZ pass: " + o.name + (*dw ? ", dW on cuBLASLt" : "");
+        CAPTURE(vc.name);
+        expect_pass(vc);
+      }
   // Confident rows: the target's element is patched from its fp32 logit, so its
   // dZ keeps 1 − p (validate's "confident" case). The host bisects each row's
   // margin over all of V: a smaller shape.

@@ -369,6 +369,13 @@ std::vector<std::string> logits_rows() {
   for (size_t i = 1; i < std::size(kSm90LogitsVariantNames); ++i) out.push_back(kSm90LogitsVariantNames[i]);
   return out;
 }
+// Every dW choice of impl fused: each CUTLASS row (row 0 unnamed), then cuBLASLt.
+std::vector<std::string> dw_choices() {
+  std::vector<std::string> out{""};
+  for (size_t i = 1; i < std::size(kSm90DwVariantNames); ++i) out.push_back(kSm90DwVariantNames[i]);
+  out.push_back(kDwOnCublaslt);
+  return out;
+}
 
 TEST_CASE("impl fused: every option of the default matrix in bf16 and fp16, one pass and two, row chunks") {
   int n = 0;
@@ -397,13 +404,12 @@ TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accum
           p.dtype = dt;
           vc.config.v_chunk = v_chunk, vc.config.row_chunk = 384;  // 384, 384, 232 rows
           vc.config.dw_acc_fp32 = vc.config.dx_acc_fp32 = acc32;
-          vc.spec.seed = next_seed();
-          vc.name = "fused odd V " + row;
-          expect_pass(vc);
-          vc.config.dw_kernel = kDwOnCublaslt;  // dW on cuBLASLt beside the fused statistics
-          vc.spec.seed = next_seed();
-          vc.name = "fused odd V, dW on cuBLASLt " + row;
-          expect_pass(vc);
+          for (const std::string& dw : dw_choices()) {  // each CUTLASS dW row, and cuBLASLt
+            vc.config.dw_kernel = dw;
+            vc.spec.seed = next_seed();
+            vc.name = "fused odd V " + row + (dw.empty() ? "" : ", dW " + dw);
+            expect_pass(vc);
+          }
           vc.config.dw_kernel.clear();
           p.mode = Mode::forward;  // forward: the statistics GEMM alone, no tile
           vc.spec.seed = next_seed();
@@ -458,7 +464,7 @@ TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every opt
   };
   for (const std::string& row : logits_rows())
     for (const Opt& o : opts)
-      for (const char* dw : {"", kDwOnCublaslt}) {
+      for (const std::string& dw : dw_choices()) {
         ValidationCase vc;
         Problem& p = vc.problem;
         p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
@@ -469,7 +475,7 @@ TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every opt
         vc.config.dw_kernel = dw, vc.config.logits_kernel = row;
         if (!fused_runs(p, vc.config)) return;
         vc.spec.seed = next_seed();
-        vc.name = "fused " + row + ", no dZ pass: " + o.name + (*dw ? ", dW on cuBLASLt" : "");
+        vc.name = "fused " + row + ", no dZ pass: " + o.name + (dw.empty() ? "" : ", dW " + dw);
         CAPTURE(vc.name);
         expect_pass(vc);
       }

@@ -317,11 +317,13 @@ class CeStatsEpilogue {
       // Two passes over the accumulators, neither of which keeps ẑ: first each
       // row's reference m, the max of ẑ over the tile, then round, store z, bias,
       // softcap (above kSm90FixedReferenceMaxSoftcap), Σ exp(ẑ − m) and Σẑ. A
-      // copy of ẑ for the second pass held 128 (cooperative) or 192 (ping-pong)
-      // more registers a thread, and ptxas spilled 10 KB of the ping-pong tile
-      // kernel's. Rounding and the softcap are monotonic, so without a bias
-      // m = softcap(round(max z)) is the max of ẑ exactly; with one, the first
-      // pass rounds and adds the bias itself. fmaxf drops NaN; the sum carries it.
+      // copy of ẑ for the second pass would hold 128 (cooperative) or 192
+      // (ping-pong) more registers a thread, where the ping-pong tile kernel has
+      // 40 to spare (most of its former 10 KB of spills were the per-pair store
+      // addresses, as the comment on row_at says). Rounding and the softcap are
+      // monotonic, so without a bias m = softcap(round(max z)) is the max of ẑ
+      // exactly; with one, the first pass rounds and adds the bias itself. fmaxf
+      // drops NaN; the sum carries it.
       auto row_max = [&](auto has_bias, auto full) {
         auto take = [&](int r, bool ok0, bool ok1, float x0, float x1) {
           mx[r] = fmaxf(mx[r], fmaxf(ok0 ? x0 : -INFINITY, ok1 ? x1 : -INFINITY));

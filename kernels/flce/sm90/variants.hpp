@@ -20,8 +20,13 @@
 // in place across row chunks with K = rows: at 896 rows a 128×128 ping-pong tile
 // sat at 85% of L2 throughput, and a 256×128 cooperative tile whose 1×2 cluster
 // multicasts the dZ slab halves that traffic (27.1 against 28.4 ms per step).
-// One row each kept the CI build to eight CUTLASS units; row 1 below makes twelve
-// (~1–2 minutes each).
+// But a cooperative dW runs its read-modify-write of dW after its mainloop, with
+// the SMs idle on memory: cuBLASLt's beta = 1 kernel took 1.69–1.71 ms a
+// 1024-row chunk of Llama-3-8B where beta = 0 took 1.42 (ncu, H100), and the
+// CUTLASS row 0 no less. dW row 1, ping-pong 192×128 with the 1×2 cluster
+// multicasting the dZ slab (M = V), runs one warp group's read-modify-write
+// under the other's mainloop (kSm90PingpongDwVariant, the fused default's).
+// Each row is four CUTLASS units (bf16, fp16 × dW in the output dtype or fp32).
 //
 // Row 1, ping-pong 128×192, is the default's wherever H ≥ 2048
 // (kSm90PingpongLogitsVariant, flce/space.cpp): its A/B intensity is close to the
@@ -46,7 +51,17 @@
 #define CELTUNE_SM90_LOGITS_VARIANTS(X)                   \
   X(0, 128, 256, 64, 2, 1, false, "128x256x64_2x1x1_coop") \
   X(1, 128, 192, 64, 2, 1, true, "128x192x64_2x1x1_pp")
-#define CELTUNE_SM90_DW_VARIANTS(X) X(0, 256, 128, 64, 1, 2, false, "256x128x64_1x2x1_coop")
+#define CELTUNE_SM90_DW_VARIANTS(X)                       \
+  X(0, 256, 128, 64, 1, 2, false, "256x128x64_1x2x1_coop") \
+  X(1, 192, 128, 64, 1, 2, true, "192x128x64_1x2x1_pp")
+
+// The dW variant of the fused forward+backward default (flce/space.cpp): row 1,
+// whose read-modify-write of dW runs under the other warp group's mainloop. Same
+// process, 1024-row chunks, H100 / H200, × the 3-GEMM floor: Llama-3-8B N = 4096
+// 1.064 / 1.052× against cuBLASLt's dW at 1.178 / 1.141×; N = 16384 1.023 /
+// 1.007× against 1.126 / 1.101×; Llama-3-70B N = 8192 1.008 / 0.990× against
+// 1.094 / 1.072× (docs/results.md, 2026-11-24, twenty-fourth session).
+inline constexpr int kSm90PingpongDwVariant = 1;
 
 // dW of impl fused may also run on cuBLASLt (its beta = 1 GEMM, as the cuBLASLt
 // path runs it): a config names it so in dw_kernel. On the H100 at 896-row chunks
@@ -83,6 +98,9 @@ inline long long sm90_partial_rows(int v, long long rows) {
   const int bm = kSm90LogitsBlockM[v];
   return (rows + bm - 1) / bm * bm;
 }
+// Bytes of those partials per entry: max and Σexp as floats, and Σẑ (a third
+// float) with label smoothing.
+inline long long sm90_partial_bytes(bool label_smoothing) { return (label_smoothing ? 3 : 2) * 4; }
 inline long long sm90_partial_tiles(int v, long long cols) {
   const int bn = kSm90LogitsBlockN[v];
   return (cols + bn - 1) / bn;

@@ -19,16 +19,25 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
       if (f && runs(*f)) return *f;
   }
   if (p.family == Family::flce && p.dtype != DType::fp32 && runs) {
-    // Forward+backward: from the shipped databases of kernel hash
-    // 58e9598bef4af120 (five presets, N = 1024…32768, H100 and H200), the fused
-    // seed was the best or within 1% of it at every Llama-3-8B and -70B shape
-    // (H = 4096, 8192; V = 128256), where the cuBLASLt default ran up to 1.17×
-    // the best at N = 1024; at Gemma-2-2B (H = 2304) it lost 5–17%, at
-    // Mistral-7B (V = 32768) up to 7%, so those keep the cuBLASLt default.
-    const bool fused_bwd = p.mode == Mode::forward_backward && p.hidden >= 4096 && p.vocab >= 65536;
-    if (p.mode == Mode::forward || fused_bwd) {
-      const KernelConfig f = p.mode == Mode::forward ? flce_fused_forward(p) : flce_fused_forward_backward(p);
+    // Forward+backward: the fused seed with both ping-pong rows (logits and dW)
+    // wherever H ≥ 2048 and its row chunks (whole rows, or 512 or more) keep
+    // dW's GEMM, K = rows, ahead of its read-modify-write of dW: 2·rows FLOPs
+    // a dW element against 4 bytes, and an H100 does ~300 FLOPs a byte it
+    // moves, so below ~600 rows that traffic bounds the GEMM. Same process, × the 3-GEMM floor, the cuBLASLt default
+    // against the fused default, N = 4096 (H100 / H200, 2026-11-24): Qwen2.5-7B
+    // (768 rows) 1.248 / 1.206 against 1.212 / 1.130×, Mistral-7B (V = 32768)
+    // 1.111 / 1.106 against 1.060 / 1.049×; Llama-3-8B (1024 rows) fused with
+    // dW on cuBLASLt 1.178 / 1.141× against 1.064 / 1.052×. Gemma-2-2B's
+    // 256000 columns leave 256 rows in 256 MiB: 1.548 against 1.887× (H100),
+    // so it keeps the cuBLASLt default; at GPT-2's H = 768 the cuBLASLt default
+    // stays ahead (H200: 1.479 against 1.535×).
+    constexpr int64_t kFusedBwdMinHidden = 2048, kFusedBwdMinRows = 512;
+    if (p.mode == Mode::forward) {
+      const KernelConfig f = flce_fused_forward(p);
       if (runs(f)) return f;
+    } else if (p.hidden >= kFusedBwdMinHidden) {
+      const KernelConfig f = flce_fused_forward_backward(p);
+      if ((f.row_chunk == 0 || f.row_chunk >= kFusedBwdMinRows) && runs(f)) return f;
     }
   }
   return default_config(p);

@@ -50,13 +50,15 @@ std::vector<int64_t> dw_rows(bool used) {
 // past tune's 256, and it was never measured.
 //
 // The workspace goes where that fits fewer row chunks and the dX GEMM of a chunk
-// is at least as large as where none was measured as fast as 32 MiB (1024 rows
-// at H = 4096; 1 MiB before, too small for a split-K's partial sums there, and
-// with the ping-pong row's partials 1024 rows no longer fit beside it; CUTLASS's
-// persistent scheduler needs none): every chunk costs ~0.6 ms of dW read-modify-write and
-// GEMM ramps (Llama-3-8B on the H100: 4 chunks of 1024 rows 20.5–20.9 ms against
-// 6 of 768 rows 21.9–22.1). Skinnier dX GEMMs need cuBLASLt's split-K, which
-// needs the workspace (Gemma-2-2B, 512 rows, H = 2304: 37.0 ms without, 29.6 with).
+// is at least as large as where none was measured as fast as 32 MiB (768 rows at
+// Qwen2.5-7B's H = 3584 with the ping-pong dW: 23.25 ms against 24.96 for 512
+// rows beside the workspace, H100, N = 4096; 1 MiB before, too small for a
+// split-K's partial sums there; CUTLASS's persistent scheduler needs none):
+// every chunk costs dW's read-modify-write and GEMM ramps (Llama-3-8B on the
+// H100: 4 chunks of 1024 rows 20.5–20.9 ms against 6 of 768 rows 21.9–22.1).
+// Skinnier dX GEMMs need cuBLASLt's split-K, which needs the workspace
+// (Gemma-2-2B, 512 rows, H = 2304: 37.0 ms without, 29.6 with; with the
+// ping-pong dW 34.5 without).
 KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   f.impl = KernelConfig::Impl::fused;
   set_logits_variant(f, v);
@@ -64,7 +66,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   const int64_t rc0 = f.row_chunk_for(p);
   if (rc0 < cluster_rows) return f;
   const int64_t tile_row = (f.v_chunk_for(p) + 127) / 128 * 128 * dtype_bytes(p.dtype);  // flce.cu's layout
-  int64_t part_row = sm90_partial_tiles(v, p.vocab) * (p.loss.label_smoothing > 0 ? 12 : 8);
+  int64_t part_row = sm90_partial_tiles(v, p.vocab) * sm90_partial_bytes(p.loss.label_smoothing > 0);
   // Without a dZ pass the partials' space also holds the scaled X, beside a row factor.
   if (sm90_scaled_dz(p, f)) part_row = std::max(part_row, 2 * p.hidden) + 4;
   // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
@@ -81,7 +83,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   constexpr int64_t kLeanWorkspaceMib = 0;
   int64_t rc = fit(rc0, KernelConfig::kDefaultWorkspaceMib);
   const int64_t lean_rc = fit(room(kLeanWorkspaceMib) / (tile_row + part_row), kLeanWorkspaceMib);
-  if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{1024} * 4096) {
+  if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{768} * 3584) {
     rc = lean_rc;
     f.workspace_mib = kLeanWorkspaceMib;
   }
@@ -108,8 +110,8 @@ KernelConfig flce_fused_forward(const Problem& p) {
   constexpr int64_t kFwdChunkElems = int64_t{16} << 20, kFwdPartialBytes = int64_t{32} << 20;
   const int v = default_logits_variant(p);
   const int64_t cluster_rows = kSm90LogitsClusterRows[v];
-  const int64_t part_row = sm90_partial_tiles(v, std::max<int64_t>(p.vocab, 1)) *
-                           static_cast<int64_t>(sizeof(float) * (p.loss.label_smoothing > 0 ? 3 : 2));
+  const int64_t part_row =
+      sm90_partial_tiles(v, std::max<int64_t>(p.vocab, 1)) * sm90_partial_bytes(p.loss.label_smoothing > 0);
   const int64_t rows = std::min(kFwdChunkElems / std::max<int64_t>(p.hidden, 1), kFwdPartialBytes / part_row);
   KernelConfig f;
   f.impl = KernelConfig::Impl::fused;
@@ -132,7 +134,7 @@ KernelConfig grid_default(const Problem& p) {
 
 KernelConfig flce_fused_forward_backward(const Problem& p) {
   KernelConfig f = fused_seed(p, grid_default(p), default_logits_variant(p));
-  f.dw_kernel = kDwOnCublaslt;
+  f.dw_kernel = kSm90DwVariantNames[kSm90PingpongDwVariant];
   return f;
 }
 
@@ -187,9 +189,10 @@ SearchSpace flce_space(const Problem& p) {
   // of 32 MiB of X (flce_fused_forward: 1.01× one GEMM against the cuBLASLt
   // default's 1.12× for Llama-3-8B on the H100), in forward+backward the
   // default's chunks within the same scratch (fused_seed): the cooperative
-  // logits GEMM with dW on CUTLASS, and the fused default's logits GEMM with dW
-  // on cuBLASLt (flce_fused_forward_backward). Where the backend cannot run one it is not in the grid, and guided
-  // search skips it.
+  // logits GEMM with dW on CUTLASS row 0, the fused default
+  // (flce_fused_forward_backward: the ping-pong rows of both GEMMs), and that
+  // with dW on cuBLASLt. Where the backend cannot run one it is not in the grid,
+  // and guided search skips it.
   const KernelConfig grid_def = grid_default(p);
   s.seeds.push_back(grid_def);
   if (p.dtype != DType::fp32) {
@@ -197,7 +200,10 @@ SearchSpace flce_space(const Problem& p) {
       s.seeds.push_back(flce_fused_forward(p));
     } else {
       s.seeds.push_back(fused_seed(p, grid_def));
-      s.seeds.push_back(flce_fused_forward_backward(p));
+      KernelConfig f = flce_fused_forward_backward(p);
+      s.seeds.push_back(f);
+      f.dw_kernel = kDwOnCublaslt;
+      s.seeds.push_back(f);
     }
   }
   s.constraint = [](const Problem& pr, const KernelConfig& c, std::string* why) {

@@ -133,15 +133,21 @@ TEST_CASE("the flce space's seeds are grid points: the default and its fused cou
         auto in_grid = [&](const KernelConfig& c) {
           return std::any_of(cands.begin(), cands.end(), [&](const Candidate& k) { return k.config == c; });
         };
-        // The default, its fused counterpart, and (forward+backward) that with dW on cuBLASLt.
-        REQUIRE(s.seeds.size() == (mode == Mode::forward ? 2u : 3u));
+        // The default, its fused counterpart, and (forward+backward) the fused
+        // default with both ping-pong rows, then that with dW on cuBLASLt.
+        REQUIRE(s.seeds.size() == (mode == Mode::forward ? 2u : 4u));
         for (const KernelConfig& seed : s.seeds) {
           CAPTURE(to_string(seed));
           CHECK(in_grid(seed));
         }
         CHECK(s.seeds[0].impl == KernelConfig::Impl::cublaslt);
         CHECK(s.seeds[1].impl == KernelConfig::Impl::fused);
-        if (mode == Mode::forward_backward) CHECK(s.seeds[2].dw_kernel == kDwOnCublaslt);
+        if (mode == Mode::forward_backward) {
+          CHECK(s.seeds[2].dw_kernel == kSm90DwVariantNames[kSm90PingpongDwVariant]);
+          KernelConfig on_cublaslt = s.seeds[2];
+          on_cublaslt.dw_kernel = kDwOnCublaslt;
+          CHECK(s.seeds[3] == on_cublaslt);
+        }
         p.dtype = DType::fp32;  // no fused seed where fused cannot run
         CHECK(flce_space(p).seeds.size() == 1);
       }
@@ -165,7 +171,7 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
           p.loss.softcap = scaled ? 30.0 : 0.0;
           CAPTURE(p.key());
           const SearchSpace s = flce_space(p);
-          REQUIRE(s.seeds.size() == 3u);
+          REQUIRE(s.seeds.size() == 4u);
           // seeds[1] on the cooperative row 0, seeds[2] on the default's row
           // (the ping-pong 128×192 from H = 2048): 192-column tiles, more partials.
           CHECK(s.seeds[1].logits_kernel.empty());
@@ -185,9 +191,9 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
           }
         }
   // Llama-3-8B: 1024 rows with no workspace (four chunks at N = 4096, not
-  // six of 768); Llama-3-70B likewise. Qwen2.5-7B's dX GEMM is too skinny for an
-  // unsplit GEMM (768 rows at H = 3584), so it keeps the workspace and 512 rows;
-  // so does Gemma-2-2B.
+  // six of 768); Llama-3-70B likewise; Qwen2.5-7B 768 rows with none (not 512
+  // beside it). Gemma-2-2B's dX GEMM is too skinny for an unsplit GEMM (512 rows
+  // at H = 2304), so it keeps the workspace.
   Problem p;
   p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward_backward;
   CHECK(flce_space(p).seeds[1].row_chunk == 1024);
@@ -196,8 +202,8 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   p.hidden = 8192;
   CHECK(flce_space(p).seeds[1].row_chunk == 1024);
   p.hidden = 3584, p.vocab = 152064;
-  CHECK(flce_space(p).seeds[1].row_chunk == 512);
-  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+  CHECK(flce_space(p).seeds[1].row_chunk == 768);
+  CHECK(flce_space(p).seeds[1].workspace_mib == 0);
   p.hidden = 2304, p.vocab = 256000;
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
   p.hidden = 4096, p.vocab = 128256, p.tokens = 1024;  // one chunk instead of two
@@ -256,7 +262,7 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
       const KernelConfig b = device_default(q, yes);
       CHECK(b.impl == KernelConfig::Impl::fused);
       CHECK(b.logits_kernel == kSm90LogitsVariantNames[kSm90PingpongLogitsVariant]);
-      CHECK(b.dw_kernel == kDwOnCublaslt);
+      CHECK(b.dw_kernel == kSm90DwVariantNames[kSm90PingpongDwVariant]);
       CHECK(b.row_chunk == (n == 1024 ? 0 : 1024));
       CHECK(b.workspace_mib == 0);
       CHECK(b.dw_acc_fp32 == (n == 1024));  // a 2 GiB fp32 dW does not fit 256 MiB; one chunk has none
@@ -266,7 +272,20 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
     }
   CHECK(device_default(p.with_tokens(512), yes).row_chunk == 0);  // one chunk, nothing accumulates
   CHECK(device_default(p.with_tokens(512), yes).dw_acc_fp32);
-  for (const auto& [h, v] : {std::pair{2304, 256000}, std::pair{4096, 32768}, std::pair{3584, 152064}}) {
+  // Where the fused seed's row chunks stay at 512 rows or more: Mistral-7B (V =
+  // 32768) and Qwen2.5-7B (768 rows, no workspace beside them) take it; Gemma-2-2B's
+  // 256000 columns leave 256 rows in 256 MiB, and GPT-2's H = 768 is below the
+  // ping-pong rows' 2048: those keep the cuBLASLt default.
+  for (const auto& [h, v, rc] : {std::tuple{4096, 32768, 3328}, std::tuple{3584, 152064, 768}}) {
+    Problem q = p;
+    q.hidden = h, q.vocab = v;
+    CAPTURE(q.key());
+    const KernelConfig b = device_default(q, yes);
+    CHECK(b == flce_fused_forward_backward(q));
+    CHECK(b.row_chunk == rc);
+    CHECK(b.workspace_mib == (h == 3584 ? 0 : KernelConfig::kDefaultWorkspaceMib));
+  }
+  for (const auto& [h, v] : {std::pair{2304, 256000}, std::pair{768, 50257}}) {
     Problem q = p;
     q.hidden = h, q.vocab = v;
     CAPTURE(q.key());

@@ -102,6 +102,10 @@ expect 2 "a --max-scratch past 2^63 bytes" -- "$celtune" tune --device cpu --fam
   --db "$tmp/scratch.sqlite" --max-scratch 17179869185GiB
 contains err "out of range" "the size is refused as out of range"
 expect 2 "negative softcap" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -3
+# λ near FLT_MAX made 1 + 2λ·LSE overflow and NaN gradients whose exact value is finite.
+expect 2 "a z-loss scale past 1e6" -- "$celtune" validate --device cpu --shape 4,8,100 --z-loss 3.4e38
+contains err "up to 1e+06" "the refusal names the largest scale"
+expect 0 "z-loss scale 1e6" -- "$celtune" validate --device cpu --shape 4,8,100 --z-loss 1e6
 expect 2 "unknown dtype" -- "$celtune" validate --device cpu --shape 4,8,100 --dtype fp8
 expect 2 "unknown reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp32
 expect 0 "explicit fp64 reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp64

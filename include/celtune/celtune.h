@@ -60,7 +60,7 @@ typedef struct {
   celtune_reduction reduction;
   float label_smoothing;  /* [0, 1] */
   float softcap;          /* 0: off */
-  float z_loss;           /* >= 0 */
+  float z_loss;           /* 0, or 1.2e-38 up to 1e6 */
 } celtune_loss_options;
 
 /* Fills the PyTorch defaults: ignore_index -100, mean, no smoothing, softcap or z-loss. */

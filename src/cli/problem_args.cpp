@@ -144,7 +144,7 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   // given (CLI11's NonNegativeNumber printed DBL_MAX in 300 digits).
   app->add_option("--softcap", a.softcap,
                   "Logit softcap s (0 = off): z ↦ s·tanh(z/s); default: the model preset's, else 0");
-  app->add_option("--z-loss", a.z_loss, "z-loss scale λ ≥ 0 (adds λ·LSE² per token)")->capture_default_str();
+  app->add_option("--z-loss", a.z_loss, "z-loss scale λ, 0 or up to 1e6 (adds λ·LSE² per token)")->capture_default_str();
   app->add_flag("--bias", a.bias, "Add a bias b [V] to the logits (flce)");
   app->add_option("--mode", a.modes,
                   std::string("fwd (forward only) and/or fwdbwd (forward+backward); default ") + mode_default)

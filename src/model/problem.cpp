@@ -103,8 +103,9 @@ void Problem::validate() const {
   if (!(o.softcap >= 0.0) || !(o.softcap <= FLT_MAX) || tiny(o.softcap))
     fail_usage("softcap must be 0 (off) or a positive number from 1.2e-38 up to 3.4e38, got " +
                format_double(o.softcap));
-  if (!(o.z_loss >= 0.0) || !(o.z_loss <= FLT_MAX) || tiny(o.z_loss))
-    fail_usage("z-loss scale must be 0 or from 1.2e-38 up to 3.4e38, got " + format_double(o.z_loss));
+  if (!(o.z_loss >= 0.0) || !(o.z_loss <= kMaxZLoss) || tiny(o.z_loss))
+    fail_usage("z-loss scale must be 0 or from 1.2e-38 up to " + format_double(kMaxZLoss) + ", got " +
+               format_double(o.z_loss));
   if (o.ignore_index >= 0 && o.ignore_index < vocab)
     fail_usage("ignore_index " + std::to_string(o.ignore_index) +
                " lies inside [0, V): it would hide real targets");

@@ -18,10 +18,17 @@ struct LossOptions {
   Reduction reduction = Reduction::mean;
   double label_smoothing = 0.0;  // ε in [0, 1]
   double softcap = 0.0;          // s > 0, or 0 for off
-  double z_loss = 0.0;           // λ ≥ 0
+  double z_loss = 0.0;           // λ = 0 or in [FLT_MIN, kMaxZLoss]
 
   bool operator==(const LossOptions&) const = default;
 };
+
+// The largest z-loss scale λ a problem may take. The kernels form the
+// gradient's factor 1 + 2λ·LSE in fp32: at λ near FLT_MAX it overflowed for any
+// LSE above 1, and 0·inf made NaN of gradients whose exact value is finite
+// (`--z-loss 3.4e38`). Up to 1e6 it stays finite for every |LSE| < 1.7e32, and
+// published runs use 1e-4.
+constexpr double kMaxZLoss = 1e6;
 
 struct Problem {
   Family family = Family::flce;

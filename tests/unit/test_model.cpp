@@ -89,6 +89,13 @@ TEST_CASE("problem validation names what is wrong") {
   }
   q = p, q.loss.softcap = 1.2e-38, q.loss.z_loss = 1.2e-38;  // normal floats
   CHECK_FALSE(fails(q));
+  // λ's factor 1 + 2λ·LSE overflowed fp32 near FLT_MAX (kMaxZLoss).
+  q = p, q.loss.z_loss = kMaxZLoss;
+  CHECK_FALSE(fails(q));
+  for (double big : {1.000001e6, 3.4e38}) {
+    q = p, q.loss.z_loss = big;
+    CHECK(fails(q));
+  }
   CHECK(checked_tensor_elements(int64_t{1} << 23, int64_t{1} << 23, "x") == int64_t{1} << 46);
   CHECK_THROWS_AS(checked_tensor_elements((int64_t{1} << 23) + 1, int64_t{1} << 23, "x"), Error);
 }

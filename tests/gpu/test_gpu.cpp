@@ -361,18 +361,20 @@ bool fused_runs(const Problem& p, const KernelConfig& c) {
   return false;
 }
 
-// Every row of the logits GEMM's table (variants.hpp), as the config names it:
-// the cooperative row 0 is the unnamed default, the ping-pong row 1 the fused
-// defaults' from H = 2048, whose epilogue has its own register budget.
-std::vector<std::string> logits_rows() {
+// Every row of a variant table (variants.hpp) as a config names it: row 0 is
+// the unnamed default.
+template <size_t N>
+std::vector<std::string> table_rows(const char* const (&names)[N]) {
   std::vector<std::string> out{""};
-  for (size_t i = 1; i < std::size(kSm90LogitsVariantNames); ++i) out.push_back(kSm90LogitsVariantNames[i]);
+  out.insert(out.end(), names + 1, names + N);
   return out;
 }
-// Every dW choice of impl fused: each CUTLASS row (row 0 unnamed), then cuBLASLt.
+// The logits GEMM's rows: the cooperative row 0, and the ping-pong row 1 of the
+// fused defaults from H = 2048, whose epilogue has its own register budget.
+std::vector<std::string> logits_rows() { return table_rows(kSm90LogitsVariantNames); }
+// Every dW choice of impl fused: each CUTLASS row, then cuBLASLt.
 std::vector<std::string> dw_choices() {
-  std::vector<std::string> out{""};
-  for (size_t i = 1; i < std::size(kSm90DwVariantNames); ++i) out.push_back(kSm90DwVariantNames[i]);
+  std::vector<std::string> out = table_rows(kSm90DwVariantNames);
   out.push_back(kDwOnCublaslt);
   return out;
 }

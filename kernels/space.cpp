@@ -1,5 +1,6 @@
 #include "space.hpp"
 
+#include "kernels/flce/sm90/variants.hpp"
 #include "model/error.hpp"
 
 namespace celtune {
@@ -20,10 +21,11 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
   }
   if (p.family == Family::flce && p.dtype != DType::fp32 && runs) {
     // Forward+backward: the fused seed with both ping-pong rows (logits and dW)
-    // wherever H ≥ 2048 and its row chunks (whole rows, or 512 or more) keep
-    // dW's GEMM, K = rows, ahead of its read-modify-write of dW: 2·rows FLOPs
-    // a dW element against 4 bytes, and an H100 does ~300 FLOPs a byte it
-    // moves, so below ~600 rows that traffic bounds the GEMM. Same process, × the 3-GEMM floor, the cuBLASLt default
+    // wherever H ≥ kSm90PingpongMinHidden (variants.hpp) and its row chunks
+    // (whole rows, or 512 or more) keep dW's GEMM, K = rows, ahead of its
+    // read-modify-write of dW: 2·rows FLOPs a dW element against 4 bytes, and
+    // an H100 does ~300 FLOPs a byte it moves, so below ~600 rows that traffic
+    // bounds the GEMM. Same process, × the 3-GEMM floor, the cuBLASLt default
     // against the fused default, N = 4096 (H100 / H200, 2026-11-24): Qwen2.5-7B
     // (768 rows) 1.248 / 1.206 against 1.212 / 1.130×, Mistral-7B (V = 32768)
     // 1.111 / 1.106 against 1.060 / 1.049×; Llama-3-8B (1024 rows) fused with
@@ -31,11 +33,11 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
     // 256000 columns leave 256 rows in 256 MiB: 1.548 against 1.887× (H100),
     // so it keeps the cuBLASLt default; at GPT-2's H = 768 the cuBLASLt default
     // stays ahead (H200: 1.479 against 1.535×).
-    constexpr int64_t kFusedBwdMinHidden = 2048, kFusedBwdMinRows = 512;
+    constexpr int64_t kFusedBwdMinRows = 512;
     if (p.mode == Mode::forward) {
       const KernelConfig f = flce_fused_forward(p);
       if (runs(f)) return f;
-    } else if (p.hidden >= kFusedBwdMinHidden) {
+    } else if (p.hidden >= kSm90PingpongMinHidden) {
       const KernelConfig f = flce_fused_forward_backward(p);
       if ((f.row_chunk == 0 || f.row_chunk >= kFusedBwdMinRows) && runs(f)) return f;
     }

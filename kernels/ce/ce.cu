@@ -1091,19 +1091,36 @@ __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_s
 
 template <typename T>
 __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
-                                      int64_t hidden, T* x_scaled, float* row_scale) {
+                                      int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp) {
   const int64_t i = blockIdx.x, row = v.r0 + i;
   const int64_t y = target_of(p, row);
   const float c = token_scale(p, row, y);  // 0 for an ignored or invalid target
-  const float L = lse[row], s = p.softcap, zl = 1.0f + 2.0f * p.z_loss * L;
-  const float a = c == 0.0f ? 0.0f : c * zl * expf(s - L);
+  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
+  __shared__ float s_ref;  // read before thread 0 overwrites row_scale[i] with a_i
+  if (threadIdx.x == 0) s_ref = rp.pairs ? row_scale[i] : p.softcap;
+  __syncthreads();
+  const bool rescale = isnan(s_ref) && c != 0.0f;  // a row of an ignored token stays as it is: a_i = 0
+  const float ref = isnan(s_ref) ? L : s_ref;
+  const float a = c == 0.0f ? 0.0f : c * zl * expf(ref - L);
+  T* q = static_cast<T*>(v.tile) + i * v.ld;
+  if (rescale) {
+    // Each tile's terms against its partial's m, brought to m_i = L_i; a tile
+    // whose terms are all zero (d = 0) stays zero.
+    for (int64_t j = threadIdx.x; j < v.cols; j += blockDim.x) {
+      const int64_t at = 2 * ((v.v0 + j) / rp.block_n * rp.rows_pad + i);
+      const float f = rp.pairs[at + 1] == 0.0f ? 0.0f : expf(rp.pairs[at] - L);
+      q[j] = Conv<T>::from(Conv<T>::to(q[j]) * f);
+    }
+    __syncthreads();  // before the target's element is patched
+  }
   if (threadIdx.x == 0) {
     row_scale[i] = a;
     if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) {
-      // dZ_iy = c·(zl·p_y − 1)·(1 − (ẑ_y/s)²), p_y − 1 in fp32 before rounding.
-      const float zy = z_target[row], t = zy / s;
+      // dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), p_y − 1 in fp32 before rounding; with a
+      // softcap g = 1 − (ẑ_y/s)², without one 1.
+      const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
       const float dz = (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
-      static_cast<T*>(v.tile)[i * v.ld + (y - v.v0)] = Conv<T>::from(dz * expf(L - s) / zl);  // = c·dz / a
+      q[y - v.v0] = Conv<T>::from(dz * expf(L - ref) / zl);  // = c·dz / a
     }
   }
   const T* in = x + i * hidden;
@@ -1392,13 +1409,15 @@ void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, con
 // One block a row: the rows of a chunk are a few thousand, each a few thousand
 // elements (hidden), a few MB in all next to the GEMMs' hundreds.
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
-                    int64_t hidden, void* x_scaled, float* row_scale, cudaStream_t st) {
+                    int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, cudaStream_t st) {
   // bf16 only (sm90_scaled_dz, variants.hpp: fp16 cannot hold q).
   if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
+  if ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0))
+    fail_usage("the scaled dZ path takes a softcap or the partials of sampled references");
   if (v.rows == 0) return;
   scaled_dz_rows_kernel<<<static_cast<unsigned>(v.rows), 256, 0, st>>>(
       v, p, lse, z_target, static_cast<const __nv_bfloat16*>(x), hidden, static_cast<__nv_bfloat16*>(x_scaled),
-      row_scale);
+      row_scale, ref);
   CELTUNE_LAUNCHED();
 }
 

@@ -152,15 +152,24 @@ void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, f
 void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, const float* row_scale = nullptr);
 
 // flce's one-pass backward without a dZ pass (impl fused, where sm90_scaled_dz
-// says; kernels/flce/sm90/variants.hpp). The view's tile holds q = exp(ẑ − s)·
-// (1 − (ẑ/s)²), written by the logits GEMM. Per row i of the view (problem row
-// r0 + i): row_scale[i] = a_i = c_i·(1 + 2λL_i)·exp(s − L_i), so that dZ = a_i·q
-// off the target; the target's element becomes dZ_iy / a_i, its p − 1 taken in
-// fp32 from z_target (ẑ at the target, indexed like lse) as flce-math.md asks;
-// and x_scaled[i] = a_i·x[i] in the input dtype (0 where a_i = 0), the B operand
-// of dW = qᵀ·diag(a)·X. x and x_scaled are [rows, hidden], this chunk's rows.
+// says; kernels/flce/sm90/variants.hpp). The view's tile holds q = exp(ẑ − m_i)·g,
+// written by the logits GEMM: with a softcap s, m_i = s and g = 1 − (ẑ/s)²;
+// without one (ref.pairs set), g = 1 and m_i = row_scale[i] as sample_ref and the
+// merge left it, NaN where some tiles of the row hold q against their own max
+// (the partial's m): such a row is first rescaled to m_i = L_i here. Per row i
+// of the view (problem row r0 + i): row_scale[i] = a_i = c_i·(1 + 2λL_i)·
+// exp(m_i − L_i), so that dZ = a_i·q off the target; the target's element
+// becomes dZ_iy / a_i, its p − 1 taken in fp32 from z_target (ẑ at the target,
+// indexed like lse) as flce-math.md asks; and x_scaled[i] = a_i·x[i] in the input
+// dtype (0 where a_i = 0), the B operand of dW = qᵀ·diag(a)·X. x and x_scaled are
+// [rows, hidden], this chunk's rows.
+struct RefPartials {
+  const float* pairs = nullptr;  // the GEMM's (m, d) partials, [tiles][rows_pad]; null: m_i = s
+  int64_t rows_pad = 0;
+  int block_n = 0;  // columns a partial covers
+};
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
-                    int64_t hidden, void* x_scaled, float* row_scale, cudaStream_t st);
+                    int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, cudaStream_t st);
 
 // m[i, :] *= row_scale[i] for a row-major [rows, cols] matrix of dtype t, 0 where
 // the scale is 0 (an ignored row's dX, whatever its q held).

@@ -33,11 +33,16 @@
 // tile at all. Forward+backward, one pass: the same GEMM also stores the tile,
 // then dZ (ce_grad: one read, one write), dX on cuBLASLt and dW on CUTLASS's
 // persistent GEMM, in place (or on cuBLASLt, as the config's dw_kernel says).
-// With a softcap (bf16, no label smoothing: sm90_scaled_dz) there is no dZ pass:
-// the GEMM stores q, dZ up to a row factor a_i (ce_epilogue.cuh); a kernel a row
-// (scaled_dz_rows) writes a_i, patches the target's element and scales X by a_i
-// for dW = qᵀ·(a·X); dX = a·(q·W) takes its factor after its GEMM (scale_rows).
-// At Gemma-2-2B the dZ pass read and wrote 1 GB a 1024-row chunk. Two passes: the
+// In bf16 without label smoothing (sm90_scaled_dz) there is no dZ pass: the GEMM
+// stores q = exp(ẑ − m_i)·g, dZ up to a row factor a_i (ce_epilogue.cuh), against
+// the softcap (m_i = s) or, without one, a reference per row taken before the
+// GEMM from the logits of kSm90RefSamples columns spread over V (a small cuBLASLt
+// GEMM into the tile, then sample_ref). A kernel a row (scaled_dz_rows) writes
+// a_i, rescales the rare row whose tiles took their own max, patches the
+// target's element and scales X by a_i into dX's rows, for dW = qᵀ·(a·X); dX's
+// GEMM then overwrites them, and dX = a·(q·W) takes its factor after it
+// (scale_rows). The dZ pass read and wrote 1 GB a 1024-row chunk at Gemma-2-2B,
+// 0.5 GB (0.19 ms on the H100) at Llama-3-8B. Two passes: the
 // statistics-only GEMM over all of V gives the final LSE first, so pass 1 stores
 // nothing; pass 2 as above.
 #include "flce.hpp"
@@ -96,10 +101,10 @@ struct Layout {
   // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
   int ce_splits = 1;
   bool ce_cluster = false, ce_spread = false, ce_one_launch = false;
-  // lse_part also holds the scaled X of scaled_dz once the merge has read the
-  // partials (x_scaled, the same offset), so that costs no scratch at Gemma-2-2B.
-  size_t state, counters, tile, dx, dw, db, z_target, lse_part, x_scaled, row_scale, sumz_part, ce_parts, ws, ws_bytes,
-      total;
+  // scaled_dz: the scaled X goes to dX's rows of the chunk until dX's GEMM
+  // overwrites them, and row_scale holds each row's sampled reference (no
+  // softcap) until scaled_dz_rows writes a_i there, so neither costs scratch.
+  size_t state, counters, tile, dx, dw, db, z_target, lse_part, row_scale, sumz_part, ce_parts, ws, ws_bytes, total;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -145,8 +150,7 @@ struct Layout {
     db = take(db_acc ? static_cast<size_t>(V) * 4 : 0);
     const size_t parts = static_cast<size_t>(part_rows * part_tiles);
     z_target = take(fused ? static_cast<size_t>(N) * 4 : 0);
-    lse_part = take(std::max(parts * sizeof(sm90::LsePair), scaled_dz ? static_cast<size_t>(rc * H) * 2 : 0));
-    x_scaled = lse_part;
+    lse_part = take(parts * sizeof(sm90::LsePair));
     row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 4 : 0);
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
@@ -368,6 +372,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       ctx.gemm(gemm_shape(GemmRole::logits, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(a.x, r0 * H, bytes),
                at_mut(tile, q.c0, bytes), 0.0f, st, ws, algo(GemmRole::logits));
   };
+  // scaled_dz: each row's factor a_i (and before it, without a softcap, its reference).
+  float* row_scale = L.scaled_dz ? reinterpret_cast<float*>(base + L.row_scale) : nullptr;
   // fused: the logits GEMM over all of V with the statistics in its epilogue
   // (storing the tile when `store`; the thread holding each row's target column
   // writes its logit), then the merge: the rows' LSE and token loss are final
@@ -386,6 +392,17 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     g.targets = static_cast<const char*>(lp.targets) + r0 * (lp.targets_i64 ? 8 : 4), g.targets_i64 = lp.targets_i64;
     g.z_target = z_target + r0;
     g.scaled_dz = store && L.scaled_dz;
+    float* refs = g.scaled_dz && sm90_sampled_ref(p.loss.softcap) ? row_scale : nullptr;
+    if (refs) {
+      // The rows' references, from their logits at columns 0, stride, 2·stride, …
+      // (written into the tile, which the logits GEMM then overwrites).
+      const int64_t samples = std::min<int64_t>(kSm90RefSamples, L.V), stride = L.V / samples;
+      const cudaDataType_t ty = cuda_type(p.dtype);
+      const GemmShape shape{ty, ty, true, false, samples, rows, H, stride * H, H, samples};
+      ctx.gemm(shape, a.w, g.x, tile, 0.0f, st, ws, nullptr);
+      sm90::sample_ref(p.dtype, tile, static_cast<int>(samples), stride, lp.bias, rows, refs, st);
+      g.row_ref = refs;
+    }
     // The forward alone: only the loss and the LSE come out, and no dZ is formed
     // from them here (the two-pass backward's first pass forms dZ against this LSE,
     // so it keeps the exact softcap). Gemma-2-2B's forward, timed in rounds with
@@ -393,22 +410,14 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     g.approx_softcap = !L.bwd;
     sm90::logits_stats(lv, p.dtype, g, ws, st);
     sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,
-                      a.token_loss, st);
+                      a.token_loss, refs, st);
   };
   // GEMMs 2 and 3 and db, from a dZ tile, or (scaled_dz) from q with the row
-  // factors and the scaled X that scaled_dz_rows wrote.
-  const float* row_scale = L.scaled_dz ? reinterpret_cast<const float*>(base + L.row_scale) : nullptr;
-  const void* x_scaled = base + L.x_scaled;
+  // factors and the scaled X that scaled_dz_rows wrote into dX's rows: dW first,
+  // then dX's GEMM overwrites them.
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     const bool first_v = v0 == 0, first_r = r0 == 0;
-    {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
-      void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
-      for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
-        ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
-                 d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
-      if (row_scale) scale_rows(d, p.dtype, rows, H, row_scale, st);  // one pass: d is dX[R] itself
-    }
-    const void* x_rows = row_scale ? x_scaled : at(a.x, r0 * H, bytes);
+    const void* x_rows = L.scaled_dz ? at(a.dx, r0 * H, bytes) : at(a.x, r0 * H, bytes);
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
       void* d = L.dw_acc ? static_cast<void*>(dw_acc + v0 * H) : at_mut(a.dw, v0 * H, bytes);
       if (L.dw_cutlass) {  // CUTLASS, persistent, in place; TMA takes any width
@@ -423,8 +432,16 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
                    at_mut(d, q.c0 * H, L.dw_acc ? 4 : bytes), first_r ? 0.0f : 1.0f, st, ws, algo(GemmRole::dw));
       }
     }
+    {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
+      void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
+      for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
+        ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
+                 d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
+      if (L.scaled_dz) scale_rows(d, p.dtype, rows, H, row_scale, st);  // one pass: d is dX[R] itself
+    }
     if (L.db_acc)
-      column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st, row_scale);
+      column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st,
+                  L.scaled_dz ? row_scale : nullptr);
   };
 
   // Row chunks in whole tiles of the logits GEMM's rows: its clusters (fused) or
@@ -438,11 +455,18 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       stats(r0, rows, L.bwd && L.one_pass);
       if (L.bwd && L.one_pass) {
         const TileView all{tile, L.ld_vc, r0, rows, 0, L.V, tile, L.ld_vc};
-        if (L.scaled_dz)
+        if (L.scaled_dz) {
+          RefPartials ref;
+          if (sm90_sampled_ref(p.loss.softcap)) {
+            ref.pairs = reinterpret_cast<const float*>(base + L.lse_part);
+            ref.rows_pad = sm90_partial_rows(logits_variant(c), rows);
+            ref.block_n = kSm90LogitsBlockN[logits_variant(c)];
+          }
           scaled_dz_rows(all, lp, a.lse, reinterpret_cast<const float*>(base + L.z_target), at(a.x, r0 * H, bytes), H,
-                         base + L.x_scaled, reinterpret_cast<float*>(base + L.row_scale), st);
-        else
+                         at_mut(a.dx, r0 * H, bytes), row_scale, ref, st);
+        } else {
           ce_grad(all, lp, a.lse, launch, st);
+        }
         consume(r0, rows, 0, L.V);
       }
     } else {

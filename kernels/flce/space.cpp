@@ -21,8 +21,7 @@ namespace {
 // under, and row 0 stays ahead (forward 1.11× one GEMM against 1.19×,
 // forward+backward 1.68× the floor against 1.77×).
 int default_logits_variant(const Problem& p) {
-  constexpr int64_t kPingpongMinHidden = 2048;
-  return p.hidden >= kPingpongMinHidden ? kSm90PingpongLogitsVariant : 0;
+  return p.hidden >= kSm90PingpongMinHidden ? kSm90PingpongLogitsVariant : 0;
 }
 void set_logits_variant(KernelConfig& f, int v) {
   f.logits_kernel = v ? kSm90LogitsVariantNames[v] : "";  // row 0 is the unnamed default
@@ -67,8 +66,8 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   if (rc0 < cluster_rows) return f;
   const int64_t tile_row = (f.v_chunk_for(p) + 127) / 128 * 128 * dtype_bytes(p.dtype);  // flce.cu's layout
   int64_t part_row = sm90_partial_tiles(v, p.vocab) * sm90_partial_bytes(p.loss.label_smoothing > 0);
-  // Without a dZ pass the partials' space also holds the scaled X, beside a row factor.
-  if (sm90_scaled_dz(p, f)) part_row = std::max(part_row, 2 * p.hidden) + 4;
+  // Without a dZ pass a row factor beside them (the scaled X goes to dX's rows).
+  if (sm90_scaled_dz(p, f)) part_row += 4;
   // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
   // state, and the full workspace), less the target logits and 8 KiB for pieces
   // starting on 256-byte boundaries.

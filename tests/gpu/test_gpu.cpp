@@ -494,6 +494,80 @@ TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every opt
   expect_pass(vc);
 }
 
+TEST_CASE("impl fused without a dZ pass or a softcap (bf16, no smoothing, no z-loss): every option, each logits row") {
+  // sm90_scaled_dz without a softcap: each row's reference comes from the
+  // logits of kSm90RefSamples sampled columns (sample_ref), the GEMM stores
+  // q = exp(ẑ − m_i), and the rest is the softcapped path's. "large logits"
+  // (|z| ~ 150) puts every row's max far past its reference + kSm90RefSpan, so
+  // every row is rescaled (scaled_dz_rows); the next test mixes both kinds.
+  struct Opt {
+    const char* name;
+    void (*apply)(Problem&, CaseSpec&);
+  };
+  const Opt opts[] = {
+      {"mean, ignored, bias", [](Problem& p, CaseSpec& c) { p.bias = true, c.ignore_fraction = 0.3; }},
+      {"sum", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::sum; }},
+      {"none", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::none; }},
+      {"large logits", [](Problem&, CaseSpec& c) { c.logit_scale = 150.0; }},
+      {"all ignored", [](Problem&, CaseSpec& c) { c.ignore_fraction = 1.0; }},
+      {"int32", [](Problem& p, CaseSpec&) { p.target_type = TargetType::i32, p.loss.ignore_index = -1; }},
+  };
+  for (const std::string& row : logits_rows())
+    for (const Opt& o : opts) {
+      ValidationCase vc;
+      Problem& p = vc.problem;
+      p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
+      o.apply(p, vc.spec);
+      vc.config.impl = KernelConfig::Impl::fused;
+      vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
+      vc.config.dw_kernel = kSm90DwVariantNames[kSm90PingpongDwVariant], vc.config.logits_kernel = row;
+      REQUIRE(sm90_scaled_dz(p, vc.config));
+      if (!fused_runs(p, vc.config)) return;
+      vc.spec.seed = next_seed();
+      vc.name = "fused " + row + ", no dZ pass, no softcap: " + o.name;
+      CAPTURE(vc.name);
+      expect_pass(vc);
+    }
+}
+
+TEST_CASE("impl fused without a dZ pass or a softcap: rows past their sampled reference and rows within it, together") {
+  // Logits of scale 37 at V = 20011: a row's max lies ~1.4σ ≈ 52 nats above the
+  // max of its 128 samples, so about half the rows have a tile whose max is
+  // past m_i + kSm90RefSpan (m_i = the samples' max + kSm90RefLift) and are
+  // rescaled; the host counts them on the same inputs, so the case cannot
+  // quietly test only one kind.
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::flce, p.tokens = 300, p.hidden = 64, p.vocab = 20011, p.dtype = DType::bf16, p.bias = true;
+  vc.spec.logit_scale = 37.0, vc.spec.seed = next_seed();
+  const HostCase in = make_case(p, vc.spec);
+  const int64_t samples = kSm90RefSamples, stride = p.vocab / samples;
+  int past = 0;
+  for (int64_t i = 0; i < p.tokens; ++i) {
+    double top = -INFINITY, sampled = -INFINITY;
+    for (int64_t j = 0; j < p.vocab; ++j) {
+      double z = in.b[static_cast<size_t>(j)];
+      for (int64_t k = 0; k < p.hidden; ++k)
+        z += double{in.x[static_cast<size_t>(i * p.hidden + k)]} * in.w[static_cast<size_t>(j * p.hidden + k)];
+      top = std::max(top, z);
+      if (j % stride == 0 && j / stride < samples) sampled = std::max(sampled, z);
+    }
+    past += top > sampled + kSm90RefLift + kSm90RefSpan;
+  }
+  MESSAGE(past << " of " << p.tokens << " rows past their reference");
+  REQUIRE(past > p.tokens / 10);
+  REQUIRE(past < p.tokens * 9 / 10);
+  vc.config.impl = KernelConfig::Impl::fused, vc.config.row_chunk = 256;
+  if (!fused_runs(p, vc.config)) return;
+  for (const std::string& row : logits_rows())
+    for (const std::string& dw : dw_choices()) {
+      vc.config.logits_kernel = row, vc.config.dw_kernel = dw;
+      vc.name = "fused " + row + ", rows past and within their reference" + (dw.empty() ? "" : ", dW " + dw);
+      CAPTURE(vc.name);
+      expect_pass(vc);
+    }
+}
+
 TEST_CASE("[large] impl fused at Llama-3-8B N=1024, judged by the GPU reference") {
   ValidationCase vc;
   Problem& p = vc.problem;

@@ -182,8 +182,9 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
             const int bn = kSm90LogitsBlockN[v], bm = kSm90LogitsBlockM[v];
             const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
             int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
-            // Without a dZ pass the partials' space holds the scaled X too, beside a row factor.
-            if (scaled && f.one_pass(p)) parts = std::max(parts, rc * H * 2) + 4 * rc;
+            // Without a dZ pass (now also without smoothing or a softcap) a row
+            // factor beside them; the scaled X goes to dX's rows.
+            if (eps <= 0 && f.one_pass(p)) parts += 4 * rc;
             int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + (int64_t{f.workspace_mib} << 20);
             if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
             CHECK(bytes <= (int64_t{256} << 20));
@@ -432,13 +433,18 @@ TEST_CASE("the ce device default: rows held in one or two shared-memory segments
 }
 
 TEST_CASE("the fused one pass drops its dZ pass only where the row factor is safe") {
-  // sm90_scaled_dz (variants.hpp): a softcap bounds ẑ, bf16 holds q ≥ e^(−2s),
-  // ε's uniform term is no row factor, and 1 + 2λL must stay away from 0.
+  // sm90_scaled_dz (variants.hpp): a softcap bounds ẑ (else a sampled reference
+  // does), bf16 holds q ≥ e^(−2s), ε's uniform term is no row factor, and
+  // 1 + 2λL must stay away from 0.
   CHECK(sm90_scaled_dz(true, 30.0, 0.0, 0.0));
   CHECK(sm90_scaled_dz(true, 30.0, 0.0, 1e-4));
   CHECK(sm90_scaled_dz(true, kSm90ScaledDzMaxSoftcap, 0.0, 0.0));
   CHECK_FALSE(sm90_scaled_dz(false, 30.0, 0.0, 0.0));  // fp16: q underflows
-  CHECK_FALSE(sm90_scaled_dz(true, 0.0, 0.0, 0.0));    // no softcap: ẑ unbounded
+  CHECK(sm90_scaled_dz(true, 0.0, 0.0, 0.0));          // no softcap: a sampled reference a row
+  CHECK_FALSE(sm90_scaled_dz(true, 0.0, 0.0, 1e-4));   // … but 1 + 2λL is unbounded
+  CHECK_FALSE(sm90_scaled_dz(false, 0.0, 0.0, 0.0));   // fp16
+  CHECK(sm90_sampled_ref(0.0));
+  CHECK_FALSE(sm90_sampled_ref(30.0));
   CHECK_FALSE(sm90_scaled_dz(true, 30.0, 0.1, 0.0));   // label smoothing
   CHECK_FALSE(sm90_scaled_dz(true, 50.0, 0.0, 0.0));   // a_i up to e^100
   CHECK_FALSE(sm90_scaled_dz(true, 30.0, 0.0, 0.01));  // 2λs = 0.6: 1 + 2λL may vanish

@@ -13,12 +13,15 @@
 //   bounds every term, so one pass does it all; otherwise m = the row's max over
 //   the tile, from a first pass over the accumulators.
 //   ẑ at the row's target, by the one thread that holds that column.
-//   With scaled_dz (softcap on, bf16; flce.cu says when), the tile holds instead
-//   q = exp(ẑ − s)·(1 − tanh²(z/s)): dZ = a_i·q off the target,
-//   a_i = c_i·(1 + 2λL_i)·exp(s − L_i) per row (flce-math.md's backward with
-//   ε = 0), so the dZ pass over the tile is not needed. ẑ < s bounds q by 1 and
-//   the factor by e^(2s); exp(ẑ − s) is the sum's own term, so q costs no
-//   exponential of its own.
+//   With scaled_dz (bf16; sm90_scaled_dz, variants.hpp, says when), the tile holds
+//   instead q = exp(ẑ − m)·g: dZ = a_i·q off the target,
+//   a_i = c_i·(1 + 2λL_i)·exp(m − L_i) per row (flce-math.md's backward with
+//   ε = 0), so the dZ pass over the tile is not needed. q is the sum's own term
+//   times g, so it costs no exponential of its own. With a softcap, m = s and
+//   g = 1 − tanh²(z/s): ẑ < s bounds q by 1. Without one, g = 1 and m is the
+//   row's sampled reference (row_ref), or the tile's row max where that lies
+//   more than kSm90RefSpan above it: the partial's m says which, and
+//   scaled_dz_rows rescales such a row to one reference.
 //   With approx_softcap (statistics only, for the forward alone), the bounded
 //   softcap is one tanh.approx (device_math.cuh's tanh_approx says why only there).
 // Rounding before the statistics makes the LSE that of the stored logits, so
@@ -49,6 +52,11 @@
 #include "kernels/flce/sm90/variants.hpp"
 
 namespace celtune::cuda::sm90 {
+
+// The epilogue's lambdas are inlined, whatever their size: an outlined one takes
+// the accumulators through the stack (with q's store beside z's, ptxas outlined
+// the loop, and the logits GEMM ran 4.8× slower, H100).
+#define CELTUNE_INLINE __attribute__((always_inline))
 
 // A GMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) seen as (rows, cols):
 // the middle 2 is the row pair (r, r + 8), the first 2 adjacent columns.
@@ -119,7 +127,8 @@ class CeStatsEpilogue {
     const void* targets = nullptr;   // [rows] int64 or int32, with z_target
     bool targets_i64 = true;
     float* z_target = nullptr;  // [rows]: ẑ at the row's target, or null
-    bool scaled_dz = false;     // StoreTile: store q (file comment), not z; needs softcap
+    bool scaled_dz = false;     // StoreTile: store q (file comment), not z
+    const float* row_ref = nullptr;  // scaled_dz without a softcap: each row's reference m
     bool approx_softcap = false;  // !StoreTile: the bounded softcap as tanh.approx (file comment)
   };
   using Params = Arguments;
@@ -139,10 +148,12 @@ class CeStatsEpilogue {
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& a) {
-    // scaled_dz: q comes from the one-pass sums, which need a bounded softcap.
+    // scaled_dz: q against a bounded softcap (the one-pass sums) or against the
+    // rows' references.
+    const bool fixed = a.softcap > 0.0f && a.softcap <= kSm90FixedReferenceMaxSoftcap;
+    const bool sampled = a.softcap == 0.0f && a.row_ref != nullptr;
     return a.lse_partials != nullptr && (!StoreTile || a.tile != nullptr) &&
-           (!a.scaled_dz || (StoreTile && a.softcap > 0.0f && a.softcap <= kSm90FixedReferenceMaxSoftcap)) &&
-           (!a.approx_softcap || !StoreTile);
+           (!a.scaled_dz || (StoreTile && (fixed || sampled))) && (!a.approx_softcap || !StoreTile);
   }
 
   CUTLASS_HOST_DEVICE explicit CeStatsEpilogue(Params const& p, SharedStorage const& = SharedStorage()) : params(p) {}
@@ -198,7 +209,7 @@ class CeStatsEpilogue {
     bool hit[kR];
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kR; ++r) zt[r] = 0.0f, hit[r] = false;
-    auto target = [&](int r, int col, float x0, float x1) {
+    auto target = [&](int r, int col, float x0, float x1) CELTUNE_INLINE {
       const bool here = (tcol[r] >> 1) == (col >> 1);  // the target is column col or col + 1
       zt[r] = here ? ((tcol[r] & 1) ? x1 : x0) : zt[r];
       hit[r] = hit[r] || here;
@@ -215,7 +226,7 @@ class CeStatsEpilogue {
       for (int r = 0; r < kR; ++r) row_at[r] = params.tile + (m0 + get<0>(crd(r, 0))) * params.ld_tile + n0 + col0;
     }
     const Element* bias_at = params.bias ? params.bias + n0 + col0 : nullptr;
-    auto store_pair = [&](int r, int col, bool ok1, uint32_t bits) {
+    auto store_pair = [&](int r, int col, bool ok1, uint32_t bits) CELTUNE_INLINE {
       Element* at = row_at[r] + (col - col0);
       if (ok1)
         *reinterpret_cast<uint32_t*>(at) = bits;
@@ -228,7 +239,7 @@ class CeStatsEpilogue {
     // the vocabulary, in: and the row inside the problem (the pair is stored).
     // has_bias and full (the tile lies wholly inside the problem) are compile-time
     // flags: the loop carries no test for what they rule out.
-    auto each_pair = [&](auto has_bias, auto full, auto&& f) {
+    auto each_pair = [&](auto has_bias, auto full, auto&& f) CELTUNE_INLINE {
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kC; c += 2) {
         const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
@@ -248,9 +259,9 @@ class CeStatsEpilogue {
       }
     };
     // Runs g(has_bias, full) with both flags as compile-time constants.
-    auto with_flags = [&](auto&& g) {
+    auto with_flags = [&](auto&& g) CELTUNE_INLINE {
       const bool full = valid_m == kBM && valid_n == kBN;
-      auto fit = [&](auto has_bias) {
+      auto fit = [&](auto has_bias) CELTUNE_INLINE {
         if (full)
           g(has_bias, cute::true_type{});
         else
@@ -272,8 +283,9 @@ class CeStatsEpilogue {
       // would cancel (|z| ≫ s). ẑ is taken in log2 units, y = ẑ·log2(e) =
       // sl·tanh(z/s) with sl = s·log2(e): the sum's exponent is then y − sl, one add.
       const float sl = params.softcap * kLog2e, k = -2.0f * kLog2e * inv_cap;
-      auto bounded = [&](auto has_bias, auto full, auto store_q, auto store_z, auto approx) {
-        each_pair(has_bias, full, [&](int r, int col, bool in, bool ok0, bool ok1, float z0, float z1, uint32_t bits) {
+      auto bounded = [&](auto has_bias, auto full, auto store_q, auto store_z, auto approx) CELTUNE_INLINE {
+        each_pair(has_bias, full,
+            [&](int r, int col, bool in, bool ok0, bool ok1, float z0, float z1, uint32_t bits) CELTUNE_INLINE {
           if constexpr (decltype(store_z)::value)
             if (in) store_pair(r, col, ok1, bits);
           float e0, e1, r0, r1, y0, y1;
@@ -294,7 +306,7 @@ class CeStatsEpilogue {
           }
         });
       };
-      with_flags([&](auto has_bias, auto full) {
+      with_flags([&](auto has_bias, auto full) CELTUNE_INLINE {
         constexpr cute::true_type yes{};
         constexpr cute::false_type no{};
         if constexpr (StoreTile) {
@@ -324,12 +336,13 @@ class CeStatsEpilogue {
       // monotonic, so without a bias m = softcap(round(max z)) is the max of ẑ
       // exactly; with one, the first pass rounds and adds the bias itself. fmaxf
       // drops NaN; the sum carries it.
-      auto row_max = [&](auto has_bias, auto full) {
-        auto take = [&](int r, bool ok0, bool ok1, float x0, float x1) {
+      auto row_max = [&](auto has_bias, auto full) CELTUNE_INLINE {
+        auto take = [&](int r, bool ok0, bool ok1, float x0, float x1) CELTUNE_INLINE {
           mx[r] = fmaxf(mx[r], fmaxf(ok0 ? x0 : -INFINITY, ok1 ? x1 : -INFINITY));
         };
         if constexpr (decltype(has_bias)::value) {
-          each_pair(has_bias, full, [&](int r, int, bool, bool ok0, bool ok1, float x0, float x1, uint32_t) {
+          each_pair(has_bias, full,
+              [&](int r, int, bool, bool ok0, bool ok1, float x0, float x1, uint32_t) CELTUNE_INLINE {
             take(r, ok0, ok1, x0, x1);
           });
         } else {
@@ -353,26 +366,43 @@ class CeStatsEpilogue {
           if (params.softcap > 0.0f) mx[r] = softcap_fast(mx[r], params.softcap, inv_cap);
         }
       };
-      auto sums = [&](auto has_bias, auto full, auto capped) {
+      // With scaled_dz (no softcap here: scaled_dz's softcaps take the one-pass
+      // branch) the tile takes q = exp(ẑ − m), the sum's term, in place of z.
+      const bool store_q = StoreTile && params.scaled_dz;
+      auto sums = [&](auto has_bias, auto full, auto capped) CELTUNE_INLINE {
         float ml[kR];  // (ẑ − m)·log2(e) = ẑ·log2(e) − ml: one FFMA an element
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) ml[r] = mx[r] * kLog2e;
-        each_pair(has_bias, full, [&](int r, int col, bool in, bool ok0, bool ok1, float x0, float x1, uint32_t bits) {
-          if constexpr (StoreTile)
-            if (in) store_pair(r, col, ok1, bits);
+        each_pair(has_bias, full,
+            [&](int r, int col, bool in, bool ok0, bool ok1, float x0, float x1, uint32_t bits) CELTUNE_INLINE {
           if constexpr (decltype(capped)::value) {
             x0 = softcap_fast(x0, params.softcap, inv_cap);
             x1 = softcap_fast(x1, params.softcap, inv_cap);
           }
           target(r, col, x0, x1);
           // Masked columns add nothing; a row of NaN (m = −inf) sums to NaN.
-          sum[r] += (ok0 ? exp2_approx(fmaf(x0, kLog2e, -ml[r])) : 0.0f) +
-                    (ok1 ? exp2_approx(fmaf(x1, kLog2e, -ml[r])) : 0.0f);
+          const float t0 = ok0 ? exp2_approx(fmaf(x0, kLog2e, -ml[r])) : 0.0f;
+          const float t1 = ok1 ? exp2_approx(fmaf(x1, kLog2e, -ml[r])) : 0.0f;
+          sum[r] += t0 + t1;
           if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
+          if constexpr (StoreTile)
+            if (in) store_pair(r, col, ok1, store_q ? pack_pair<Element>(t0, t1) : bits);
         });
       };
-      with_flags([&](auto has_bias, auto full) {
+      // The sampled reference m_i where the tile's max lies within kSm90RefSpan
+      // of it (q ≤ e^span), else the tile's own max; a reference that is not
+      // finite (a NaN or inf in the row's samples) is never taken.
+      auto take_reference = [&]() CELTUNE_INLINE {
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kR; ++r) {
+          const int row = get<0>(crd(r, 0));
+          const float ref = row < valid_m ? params.row_ref[m0 + row] : 0.0f;
+          if (isfinite(ref) && mx[r] <= ref + kSm90RefSpan) mx[r] = ref;
+        }
+      };
+      with_flags([&](auto has_bias, auto full) CELTUNE_INLINE {
         row_max(has_bias, full);
+        if (store_q) take_reference();
         if (params.softcap > 0.0f)
           sums(has_bias, full, cute::true_type{});
         else

@@ -61,10 +61,14 @@ struct LogitsArgs {
   const void* targets = nullptr;  // [rows], int64 or int32
   bool targets_i64 = true;
   float* z_target = nullptr;
-  // Store q = exp(ẑ − s)·(1 − (ẑ/s)²) instead of the logits (needs the tile and a
-  // softcap): dZ up to a per-row factor, for the one-pass backward without a dZ
-  // pass (ce_epilogue.cuh; when: sm90_scaled_dz, variants.hpp).
+  // Store q instead of the logits (needs the tile): dZ up to a per-row factor, for
+  // the one-pass backward without a dZ pass (ce_epilogue.cuh; when: sm90_scaled_dz,
+  // variants.hpp). With a softcap q = exp(ẑ − s)·(1 − (ẑ/s)²); without one
+  // q = exp(ẑ − m_i) against row_ref[i] = m_i (rows as z_target's; stats.hpp's
+  // sample_ref writes it), or against the tile's row max where that lies more
+  // than kSm90RefSpan above m_i (the tile's partial says which).
   bool scaled_dz = false;
+  const float* row_ref = nullptr;
   // Statistics only (no tile), and no gradient will be formed against them: a
   // softcap within kSm90FixedReferenceMaxSoftcap may take tanh.approx
   // (device_math.cuh's tanh_approx: ẑ off by up to s·2⁻¹¹).

@@ -147,7 +147,7 @@ struct LogitsGemm {
     args.epilogue.sumz_partials = a.sumz_partials;
     args.epilogue.targets = a.targets, args.epilogue.targets_i64 = a.targets_i64;
     args.epilogue.z_target = a.z_target;
-    args.epilogue.scaled_dz = a.scaled_dz;
+    args.epilogue.scaled_dz = a.scaled_dz, args.epilogue.row_ref = a.row_ref;
     args.epilogue.approx_softcap = a.approx_softcap;
     args.epilogue.rows_pad = (a.rows + kBlockM - 1) / kBlockM * kBlockM;  // = sm90_partial_rows
     args.hw_info.sm_count = sm_count_of_current_device();
@@ -157,7 +157,10 @@ struct LogitsGemm {
     check_tma(a.x, a.hidden, sizeof(E), "X"), check_tma(a.w, a.hidden, sizeof(E), "W");
     if (a.tile) check_tma(a.tile, a.ld_tile, sizeof(E), "logits tile");
     if (!CollectiveEpilogue::can_implement(args.problem_shape, args.epilogue))
-      fail_usage("the CE epilogue needs its partials, the tile where it stores one, and for scaled dZ a softcap within kSm90FixedReferenceMaxSoftcap; an approximate softcap stores no tile");
+      fail_usage(
+          "the CE epilogue needs its partials, the tile where it stores one, and for scaled dZ a softcap within "
+          "kSm90FixedReferenceMaxSoftcap or, without a softcap, the rows' references; an approximate softcap "
+          "stores no tile");
     launch<Gemm>(args, ws, st, "logits");
   }
 };

@@ -1,9 +1,16 @@
-// The fused path's small kernel after the CE-statistics GEMM (plain CUDA):
+// The fused path's small kernels around the CE-statistics GEMM (plain CUDA):
+//   sample_ref: before it, each row's reference for q from a few sampled logits
+//     (no softcap, scaled dZ; variants.hpp).
 //   merge_stats: the deterministic merge of the GEMM's per-tile partials into
 //     LSE and per-token loss (flce-math.md steps 3–4), fixed order, no atomics,
 //     with the target's ẑ that the GEMM's epilogue picked from the same tile.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "kernels/cuda_check.hpp"
 #include "kernels/flce/sm90/stats.hpp"
+#include "kernels/flce/sm90/variants.hpp"
+#include "model/error.hpp"
 
 namespace celtune::cuda::sm90 {
 namespace {
@@ -34,11 +41,14 @@ constexpr int kRows = 32, kSlices = 32, kInFlight = 4;
 
 __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad,
                                    int64_t tiles, int64_t r0, int64_t rows, StatsParams p, const float* z_target,
-                                   float* lse, float* token_loss) {
+                                   float* lse, float* token_loss, float* row_ref) {
   __shared__ float sm[kSlices][kRows], sd[kSlices][kRows], sz[kSlices][kRows];
+  __shared__ bool other[kSlices][kRows];
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x;
   float m = -INFINITY, d = 0.0f, zs = 0.0f;
+  bool off_ref = false;  // a partial with terms against another reference than row_ref[i]
   if (i < rows) {
+    const float ref = row_ref ? row_ref[i] : 0.0f;
     for (int64_t t0 = threadIdx.y; t0 < tiles; t0 += kSlices * kInFlight) {
       LsePair q[kInFlight];
       float z[kInFlight];
@@ -49,16 +59,22 @@ __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sum
         z[k] = t < tiles && sumz_partials ? sumz_partials[t * rows_pad + i] : 0.0f;
       }
 #pragma unroll
-      for (int k = 0; k < kInFlight; ++k) merge(m, d, q[k].m, q[k].d), zs += z[k];
+      for (int k = 0; k < kInFlight; ++k) {
+        merge(m, d, q[k].m, q[k].d), zs += z[k];
+        off_ref = off_ref || (row_ref && q[k].d != 0.0f && q[k].m != ref);
+      }
     }
   }
   sm[threadIdx.y][threadIdx.x] = m, sd[threadIdx.y][threadIdx.x] = d, sz[threadIdx.y][threadIdx.x] = zs;
+  other[threadIdx.y][threadIdx.x] = off_ref;
   __syncthreads();
   if (threadIdx.y != 0 || i >= rows) return;
   for (int j = 1; j < kSlices; ++j) {  // fixed order: deterministic
     merge(m, d, sm[j][threadIdx.x], sd[j][threadIdx.x]);
     zs += sz[j][threadIdx.x];
+    off_ref = off_ref || other[j][threadIdx.x];
   }
+  if (off_ref) row_ref[i] = NAN;
   const int64_t gr = r0 + i;
   const float L = m + logf(d);
   float loss = 0.0f;
@@ -74,11 +90,52 @@ __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sum
 
 void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad, int64_t tiles, int64_t r0,
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
-                 cudaStream_t st) {
+                 float* row_ref, cudaStream_t st) {
   if (rows <= 0) return;
   const auto blocks = static_cast<unsigned>((rows + kRows - 1) / kRows);
   merge_stats_kernel<<<blocks, dim3(kRows, kSlices), 0, st>>>(lse_partials, sumz_partials, rows_pad, tiles, r0, rows, p,
-                                                              z_target, lse, token_loss);
+                                                              z_target, lse, token_loss, row_ref);
+  CELTUNE_LAUNCHED();
+}
+
+namespace {
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+// A warp a row: the samples are a few hundred bytes a row.
+template <typename T>
+__global__ void sample_ref_kernel(const T* z, int samples, int64_t stride, const T* bias, int64_t rows,
+                                  float* row_ref) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= rows) return;
+  float m = -INFINITY;
+  for (int j = lane; j < samples; j += 32) {
+    float v = to_float(z[i * samples + j]);
+    if (bias) v += to_float(bias[j * stride]);
+    m = fmaxf(m, v);
+  }
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) row_ref[i] = m + kSm90RefLift;
+}
+}  // namespace
+
+void sample_ref(DType t, const void* z, int samples, int64_t stride, const void* bias, int64_t rows, float* row_ref,
+                cudaStream_t st) {
+  if (rows <= 0) return;
+  constexpr int kThreads = 256;
+  const auto blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
+  switch (t) {
+    case DType::bf16:
+      sample_ref_kernel<<<blocks, kThreads, 0, st>>>(static_cast<const __nv_bfloat16*>(z), samples, stride,
+                                                     static_cast<const __nv_bfloat16*>(bias), rows, row_ref);
+      break;
+    case DType::fp16:
+      sample_ref_kernel<<<blocks, kThreads, 0, st>>>(static_cast<const __half*>(z), samples, stride,
+                                                     static_cast<const __half*>(bias), rows, row_ref);
+      break;
+    case DType::fp32: fail_usage("sampled references are for 16-bit inputs");
+  }
   CELTUNE_LAUNCHED();
 }
 

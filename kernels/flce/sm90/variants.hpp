@@ -85,9 +85,12 @@ inline constexpr int kSm90LogitsBlockN[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE
 // multiple computes padding rows (896 rows ran as 1024 on the 2×1 cluster).
 #define CELTUNE_SM90_CLUSTER_ROWS(idx, bm, bn, bk, cm, cn, pp, name) bm * cm,
 inline constexpr int kSm90LogitsClusterRows[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_CLUSTER_ROWS)};
-// The logits variant of the fused defaults where H ≥ 2048 (flce/space.cpp): row 1
-// above says why.
+// The logits variant of the fused defaults where H ≥ kSm90PingpongMinHidden
+// (flce/space.cpp): row 1 above says why. The fused forward+backward default
+// starts there too (kernels/space.cpp): at GPT-2's H = 768 a GEMM's mainloop
+// is too short to hide an epilogue or dW's read-modify-write under.
 inline constexpr int kSm90PingpongLogitsVariant = 1;
+inline constexpr long long kSm90PingpongMinHidden = 2048;
 #undef CELTUNE_SM90_CLUSTER_ROWS
 #undef CELTUNE_SM90_BLOCK_M
 #undef CELTUNE_SM90_BLOCK_N
@@ -107,19 +110,38 @@ inline long long sm90_partial_tiles(int v, long long cols) {
 }
 
 // Where the one-pass backward of impl fused runs without a dZ pass: the logits
-// GEMM stores q = exp(ẑ − s)·(1 − (ẑ/s)²) (ce_epilogue.cuh), dZ = a_i·q off the
-// target with a_i = c_i·(1 + 2λL_i)·exp(s − L_i), the target's element is patched
-// from its fp32 logit, X is scaled by a_i for dW and dX by a_i after its GEMM
-// (flce.cu). It needs ẑ bounded (a softcap); ε = 0 (the ε/V term is not a row
-// factor of q); bf16, whose exponent range holds q ≥ e^(−2s) where fp16's does
-// not; s ≤ 32, so that a_i ≤ c_i·e^64 keeps a_i·x inside bf16's range for any
-// |x| below ~1e10; and 2λs < 1/2, so that 1 + 2λL_i > 1/2 never vanishes
-// (L_i > −s). Gemma 2 caps at 30.
+// GEMM stores q = exp(ẑ − m_i)·g(ẑ) against a row reference m_i known before
+// it runs, so dZ = a_i·q off the target with a_i = c_i·(1 + 2λL_i)·exp(m_i − L_i);
+// the target's element is patched from its fp32 logit, X is scaled by a_i for dW
+// and dX by a_i after its GEMM (flce.cu). It needs ε = 0 (the ε/V term is not a
+// row factor of q) and bf16, whose exponent range holds q where fp16's does not.
+// Two references:
+// - A softcap s ≤ 32 bounds ẑ: m_i = s and g = 1 − (ẑ/s)², so q ≥ e^(−2s),
+//   a_i ≤ c_i·e^64 keeps a_i·x inside bf16's range for any |x| below ~1e10, and
+//   2λs < 1/2 keeps 1 + 2λL_i > 1/2 (L_i > −s). Gemma 2 caps at 30.
+// - No softcap (g = 1): m_i is the max over kSm90RefSamples columns spread over
+//   V, raised by kSm90RefLift; a tile whose row max lies more than
+//   kSm90RefSpan above m_i stores that row against its own max instead, and
+//   scaled_dz_rows brings such a row back to one reference (ce.hpp). So
+//   q ≤ e^kSm90RefSpan, Σq ≤ e^(kSm90RefSpan + ln V), and a_i lies between
+//   c_i·e^(−kSm90RefSpan − ln V) and c_i·e^kSm90RefLift: nothing overflows, and
+//   q stays a normal bf16 down to p ≈ e^(−87 + kSm90RefLift). λ = 0:
+//   without a bound on L, 1 + 2λL may vanish, and the patch divides by a_i.
 inline constexpr double kSm90ScaledDzMaxSoftcap = 32.0;
 inline bool sm90_scaled_dz(bool bf16, double softcap, double label_smoothing, double z_loss) {
-  return bf16 && softcap > 0.0 && softcap <= kSm90ScaledDzMaxSoftcap && label_smoothing == 0.0 &&
-         2.0 * z_loss * softcap < 0.5;
+  if (!bf16 || label_smoothing != 0.0) return false;
+  if (softcap == 0.0) return z_loss == 0.0;
+  return softcap > 0.0 && softcap <= kSm90ScaledDzMaxSoftcap && 2.0 * z_loss * softcap < 0.5;
 }
+// The sampled reference of the no-softcap case (above; ce_epilogue.cuh, stats.cu).
+// 128 columns cost a GEMM of 1/1000 of the logits' at Llama-3's V. The lift puts
+// m_i nearer L_i (the row max of random logits of scale σ lies ~2σ above the
+// max of 128 samples at V = 128256), so rows of logits spread over ~50 nats keep
+// the one reference.
+inline constexpr int kSm90RefSamples = 128;
+inline constexpr float kSm90RefLift = 12.0f, kSm90RefSpan = 40.0f;
+inline bool sm90_sampled_ref(double softcap) { return softcap == 0.0; }
+
 // The same for a problem and config: a fused forward+backward in one pass.
 inline bool sm90_scaled_dz(const celtune::Problem& p, const celtune::KernelConfig& c) {
   using namespace celtune;
@@ -130,7 +152,7 @@ inline bool sm90_scaled_dz(const celtune::Problem& p, const celtune::KernelConfi
 // Up to this softcap the epilogue sums exp(ẑ − s) in one pass, with s as every
 // row's reference instead of its max (ce_epilogue.cuh): ẑ ≤ s, and
 // exp(ẑ − s) ≥ e^(−2s) stays a normal float (e^(−80) ≈ 1.8e-35 > FLT_MIN).
-// The scaled store builds q from those terms, so it needs this path.
+// With a softcap the scaled store builds q from those terms, so it needs this path.
 inline constexpr float kSm90FixedReferenceMaxSoftcap = 40.0f;
 static_assert(kSm90ScaledDzMaxSoftcap <= kSm90FixedReferenceMaxSoftcap);
 

@@ -445,16 +445,31 @@ TEST_CASE("impl fused: softcaps on both sides of the epilogue's fixed reference,
         }
 }
 
+// An option set of the no-dZ-pass cases below, and one such case: an
+// odd vocabulary (an unaligned piece in every cuBLASLt GEMM), row chunks that do
+// not divide N, the given softcap (0: the sampled references) and GEMM rows.
+struct ScaledOpt {
+  const char* name;
+  void (*apply)(Problem&, CaseSpec&);
+};
+ValidationCase no_dz_pass_case(double softcap, const ScaledOpt& o, const std::string& row, const std::string& dw) {
+  ValidationCase vc;
+  Problem& p = vc.problem;
+  p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
+  p.loss.softcap = softcap;
+  o.apply(p, vc.spec);
+  vc.config.impl = KernelConfig::Impl::fused;
+  vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
+  vc.config.dw_kernel = dw, vc.config.logits_kernel = row;
+  return vc;
+}
+
 TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every option it keeps, odd V, each logits row") {
   // sm90_scaled_dz (variants.hpp): the logits GEMM stores q, scaled_dz_rows writes
   // the row factors, patches the target and scales X; dX takes its factor after
   // the GEMM. Each option that keeps this path, at an odd vocabulary (an
   // unaligned piece in every cuBLASLt GEMM) and row chunks that do not divide N.
-  struct Opt {
-    const char* name;
-    void (*apply)(Problem&, CaseSpec&);
-  };
-  const Opt opts[] = {
+  const ScaledOpt opts[] = {
       {"mean, ignored, bias", [](Problem& p, CaseSpec& c) { p.bias = true, c.ignore_fraction = 0.3; }},
       {"sum, z-loss", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::sum, p.loss.z_loss = 1e-3; }},
       {"none", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::none; }},
@@ -465,17 +480,10 @@ TEST_CASE("impl fused without a dZ pass (softcap, bf16, no smoothing): every opt
        }},
   };
   for (const std::string& row : logits_rows())
-    for (const Opt& o : opts)
+    for (const ScaledOpt& o : opts)
       for (const std::string& dw : dw_choices()) {
-        ValidationCase vc;
-        Problem& p = vc.problem;
-        p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
-        p.loss.softcap = 30.0;
-        o.apply(p, vc.spec);
-        vc.config.impl = KernelConfig::Impl::fused;
-        vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
-        vc.config.dw_kernel = dw, vc.config.logits_kernel = row;
-        if (!fused_runs(p, vc.config)) return;
+        ValidationCase vc = no_dz_pass_case(30.0, o, row, dw);
+        if (!fused_runs(vc.problem, vc.config)) return;
         vc.spec.seed = next_seed();
         vc.name = "fused " + row + ", no dZ pass: " + o.name + (dw.empty() ? "" : ", dW " + dw);
         CAPTURE(vc.name);
@@ -500,11 +508,7 @@ TEST_CASE("impl fused without a dZ pass or a softcap (bf16, no smoothing, no z-l
   // q = exp(ẑ − m_i), and the rest is the softcapped path's. "large logits"
   // (|z| ~ 150) puts every row's max far past its reference + kSm90RefSpan, so
   // every row is rescaled (scaled_dz_rows); the next test mixes both kinds.
-  struct Opt {
-    const char* name;
-    void (*apply)(Problem&, CaseSpec&);
-  };
-  const Opt opts[] = {
+  const ScaledOpt opts[] = {
       {"mean, ignored, bias", [](Problem& p, CaseSpec& c) { p.bias = true, c.ignore_fraction = 0.3; }},
       {"sum", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::sum; }},
       {"none", [](Problem& p, CaseSpec&) { p.loss.reduction = Reduction::none; }},
@@ -513,16 +517,10 @@ TEST_CASE("impl fused without a dZ pass or a softcap (bf16, no smoothing, no z-l
       {"int32", [](Problem& p, CaseSpec&) { p.target_type = TargetType::i32, p.loss.ignore_index = -1; }},
   };
   for (const std::string& row : logits_rows())
-    for (const Opt& o : opts) {
-      ValidationCase vc;
-      Problem& p = vc.problem;
-      p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = DType::bf16;
-      o.apply(p, vc.spec);
-      vc.config.impl = KernelConfig::Impl::fused;
-      vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;
-      vc.config.dw_kernel = kSm90DwVariantNames[kSm90PingpongDwVariant], vc.config.logits_kernel = row;
-      REQUIRE(sm90_scaled_dz(p, vc.config));
-      if (!fused_runs(p, vc.config)) return;
+    for (const ScaledOpt& o : opts) {
+      ValidationCase vc = no_dz_pass_case(0.0, o, row, kSm90DwVariantNames[kSm90PingpongDwVariant]);
+      REQUIRE(sm90_scaled_dz(vc.problem, vc.config));
+      if (!fused_runs(vc.problem, vc.config)) return;
       vc.spec.seed = next_seed();
       vc.name = "fused " + row + ", no dZ pass, no softcap: " + o.name;
       CAPTURE(vc.name);

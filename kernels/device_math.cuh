@@ -1,9 +1,33 @@
-// Device arithmetic shared by the CE kernels (ce/ce.cu) and the fused GEMM's
-// epilogue (flce/sm90/ce_epilogue.cuh): the few special-function forms whose
-// instruction count is the cost of a kernel that touches every logit once.
+// Device arithmetic shared by the CE kernels (ce/ce.cu), the fused GEMM's
+// epilogue (flce/sm90/ce_epilogue.cuh) and its small kernels (flce/sm90/stats.cu):
+// the element conversions, and the few special-function forms whose instruction
+// count is the cost of a kernel that touches every logit once.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 namespace celtune::cuda {
+
+// An element of a kernel's input or output dtype to and from fp32 (the kernels'
+// arithmetic), round to nearest even.
+template <typename T>
+struct Conv;
+template <>
+struct Conv<float> {
+  __device__ static float to(float v) { return v; }
+  __device__ static float from(float v) { return v; }
+};
+template <>
+struct Conv<__nv_bfloat16> {
+  __device__ static float to(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct Conv<__half> {
+  __device__ static float to(__half v) { return __half2float(v); }
+  __device__ static __half from(float v) { return __float2half_rn(v); }
+};
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;

@@ -46,24 +46,6 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-template <typename T>
-struct Conv;
-template <>
-struct Conv<float> {
-  __device__ static float to(float v) { return v; }
-  __device__ static float from(float v) { return v; }
-};
-template <>
-struct Conv<__nv_bfloat16> {
-  __device__ static float to(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-};
-template <>
-struct Conv<__half> {
-  __device__ static float to(__half v) { return __half2float(v); }
-  __device__ static __half from(float v) { return __float2half_rn(v); }
-};
-
 template <int BYTES>
 struct VecT;
 template <>

@@ -395,12 +395,16 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     float* refs = g.scaled_dz && sm90_sampled_ref(p.loss.softcap) ? row_scale : nullptr;
     if (refs) {
       // The rows' references, from their logits at columns 0, stride, 2·stride, …
-      // (written into the tile, which the logits GEMM then overwrites).
+      // (written into the tile, which the logits GEMM then overwrites). Their rows
+      // lie kSm90RefSamples apart even where V is smaller: a leading dimension of
+      // V elements (V = 100: 200 bytes) is not 16-byte aligned, and cuBLASLt may
+      // then have no algorithm. ld_vc ≥ 128 leaves the room.
       const int64_t samples = std::min<int64_t>(kSm90RefSamples, L.V), stride = L.V / samples;
+      const int64_t ld = kSm90RefSamples;
       const cudaDataType_t ty = cuda_type(p.dtype);
-      const GemmShape shape{ty, ty, true, false, samples, rows, H, stride * H, H, samples};
+      const GemmShape shape{ty, ty, true, false, samples, rows, H, stride * H, H, ld};
       ctx.gemm(shape, a.w, g.x, tile, 0.0f, st, ws, nullptr);
-      sm90::sample_ref(p.dtype, tile, static_cast<int>(samples), stride, lp.bias, rows, refs, st);
+      sm90::sample_ref(p.dtype, tile, static_cast<int>(samples), ld, stride, lp.bias, rows, refs, st);
       g.row_ref = refs;
     }
     // The forward alone: only the loss and the LSE come out, and no dZ is formed

@@ -566,6 +566,27 @@ TEST_CASE("impl fused without a dZ pass or a softcap: rows past their sampled re
     }
 }
 
+TEST_CASE("impl fused without a dZ pass or a softcap: vocabularies under the sample count") {
+  // V < kSm90RefSamples: every column is a sample, and the sample GEMM's output
+  // rows lie kSm90RefSamples apart, since V elements is not 16-byte aligned at
+  // V = 100 or 7 (cuBLASLt then may have no algorithm). Bias, so sample_ref
+  // reads it at stride 1.
+  const ScaledOpt bias{"bias", [](Problem& p, CaseSpec&) { p.bias = true; }};
+  for (int64_t v : {int64_t{100}, int64_t{7}})
+    for (const std::string& row : logits_rows())
+      for (const std::string& dw : dw_choices()) {
+        ValidationCase vc = no_dz_pass_case(0.0, bias, row, dw);
+        vc.problem.vocab = v;
+        REQUIRE(sm90_scaled_dz(vc.problem, vc.config));
+        REQUIRE(sm90_sampled_ref(vc.problem.loss.softcap));
+        if (!fused_runs(vc.problem, vc.config)) return;
+        vc.spec.seed = next_seed();
+        vc.name = "fused " + row + ", no dZ pass, V = " + std::to_string(v) + (dw.empty() ? "" : ", dW " + dw);
+        CAPTURE(vc.name);
+        expect_pass(vc);
+      }
+}
+
 TEST_CASE("[large] impl fused at Llama-3-8B N=1024, judged by the GPU reference") {
   ValidationCase vc;
   Problem& p = vc.problem;

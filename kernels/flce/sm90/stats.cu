@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda_check.hpp"
+#include "kernels/device_math.cuh"
 #include "kernels/flce/sm90/stats.hpp"
 #include "kernels/flce/sm90/variants.hpp"
 #include "model/error.hpp"
@@ -99,20 +100,17 @@ void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_
 }
 
 namespace {
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
 // A warp a row: the samples are a few hundred bytes a row.
 template <typename T>
-__global__ void sample_ref_kernel(const T* z, int samples, int64_t stride, const T* bias, int64_t rows,
+__global__ void sample_ref_kernel(const T* z, int samples, int64_t ld, int64_t stride, const T* bias, int64_t rows,
                                   float* row_ref) {
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (i >= rows) return;
   float m = -INFINITY;
   for (int j = lane; j < samples; j += 32) {
-    float v = to_float(z[i * samples + j]);
-    if (bias) v += to_float(bias[j * stride]);
+    float v = Conv<T>::to(z[i * ld + j]);
+    if (bias) v += Conv<T>::to(bias[j * stride]);
     m = fmaxf(m, v);
   }
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -120,18 +118,18 @@ __global__ void sample_ref_kernel(const T* z, int samples, int64_t stride, const
 }
 }  // namespace
 
-void sample_ref(DType t, const void* z, int samples, int64_t stride, const void* bias, int64_t rows, float* row_ref,
-                cudaStream_t st) {
+void sample_ref(DType t, const void* z, int samples, int64_t ld, int64_t stride, const void* bias, int64_t rows,
+                float* row_ref, cudaStream_t st) {
   if (rows <= 0) return;
   constexpr int kThreads = 256;
   const auto blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
   switch (t) {
     case DType::bf16:
-      sample_ref_kernel<<<blocks, kThreads, 0, st>>>(static_cast<const __nv_bfloat16*>(z), samples, stride,
+      sample_ref_kernel<<<blocks, kThreads, 0, st>>>(static_cast<const __nv_bfloat16*>(z), samples, ld, stride,
                                                      static_cast<const __nv_bfloat16*>(bias), rows, row_ref);
       break;
     case DType::fp16:
-      sample_ref_kernel<<<blocks, kThreads, 0, st>>>(static_cast<const __half*>(z), samples, stride,
+      sample_ref_kernel<<<blocks, kThreads, 0, st>>>(static_cast<const __half*>(z), samples, ld, stride,
                                                      static_cast<const __half*>(bias), rows, row_ref);
       break;
     case DType::fp32: fail_usage("sampled references are for 16-bit inputs");

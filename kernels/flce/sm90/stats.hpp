@@ -32,11 +32,11 @@ void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_
 
 // row_ref[i] = kSm90RefLift + max over j < samples of (z[i, j] + b[j·stride]),
 // from z = the logits of X's rows against W's rows 0, stride, 2·stride, …
-// ([rows, samples] row-major in dtype t, 16-bit), and the bias (null: none) in
-// the same dtype: the reference the logits GEMM stores q against without a
-// softcap (variants.hpp). fmaxf drops NaN: a row of NaN gets −inf, which the
-// epilogue never takes.
-void sample_ref(DType t, const void* z, int samples, int64_t stride, const void* bias, int64_t rows, float* row_ref,
-                cudaStream_t st);
+// ([rows, samples] in dtype t, 16-bit, rows ld elements apart), and the bias
+// (null: none) in the same dtype: the reference the logits GEMM stores q against
+// without a softcap (variants.hpp). fmaxf drops NaN: a row of NaN gets −inf,
+// which the epilogue never takes.
+void sample_ref(DType t, const void* z, int samples, int64_t ld, int64_t stride, const void* bias, int64_t rows,
+                float* row_ref, cudaStream_t st);
 
 }  // namespace celtune::cuda::sm90

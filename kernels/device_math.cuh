@@ -79,9 +79,10 @@ __device__ __forceinline__ float softcap_scaled(float x, float k, float c, float
   *r = __fdividef(1.0f, 1.0f + *e);
   return copysignf(fmaf(*r, 2.0f * c, -c), x);
 }
-// dẑ/dx = 1 − tanh²(x/s) = 4e/(1 + e)² = 4e·r², from softcap_scaled's e and r:
-// accurate where 1 − (ẑ/s)² cancels (|x| ≫ s, where 1 − tanh → 2e).
-__device__ __forceinline__ float softcap_dtanh(float e, float r) { return 4.0f * e * r * r; }
+// A quarter of dẑ/dx = 1 − tanh²(x/s) = 4e/(1 + e)² = 4e·r², from softcap_scaled's
+// e and r: accurate where 1 − (ẑ/s)² cancels (|x| ≫ s, where 1 − tanh → 2e). A
+// quarter, so that the caller takes the 4 into an exponential it computes anyway.
+__device__ __forceinline__ float softcap_dtanh_quarter(float e, float r) { return e * r * r; }
 
 // tanh on the special-function unit: one instruction where softcap_scaled takes
 // an exp2, a reciprocal and their FMAs, at a relative error of about 2⁻¹¹, so ẑ

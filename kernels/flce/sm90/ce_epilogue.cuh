@@ -202,24 +202,28 @@ class CeStatsEpilogue {
       if (y >= n0 && y < n0 + valid_n) tcol[r] = static_cast<int>(y - n0);
     }
 
-    // ẑ at a row's target, kept by the thread that holds its column pair and
-    // written after the loop: a store under a branch in every pair split the
-    // loop into blocks that ptxas scheduled, and spilled, one by one.
-    float zt[kR];
-    bool hit[kR];
-    CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kR; ++r) zt[r] = 0.0f, hit[r] = false;
-    auto target = [&](int r, int col, float x0, float x1) CELTUNE_INLINE {
-      const bool here = (tcol[r] >> 1) == (col >> 1);  // the target is column col or col + 1
-      zt[r] = here ? ((tcol[r] & 1) ? x1 : x0) : zt[r];
-      hit[r] = hit[r] || here;
-    };
     // Addresses as a pointer per row plus the column's offset from the thread's
     // first column, which is a constant once the loops unroll: from (m0 + row)·ld
     // + n0 + col, nvcc computed and kept a 64-bit address for every pair, and the
     // ping-pong tile's 192 accumulators left no registers for them (10 KB of
     // spills).
     const int col0 = get<1>(crd(0, 0));
+    // ẑ at a row's target, kept by the thread that holds its column pair and
+    // written after the loop: a store under a branch in every pair split the
+    // loop into blocks that ptxas scheduled, and spilled, one by one. A thread
+    // holds the pairs col0 + 8j (the GMMA C fragment: a quad's four lanes hold
+    // eight adjacent columns of a row, two each), so whether it holds the target
+    // is known before the loop, and a pair is the target's when the pair index
+    // (col − col0)/2, a constant once the loops unroll, equals tpair: one compare
+    // and a select a pair (a test of col against tcol and a flag kept per pair
+    // were a sixth of Gemma-2-2B's epilogue instructions).
+    float zt[kR];
+    int tpair[kR];
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kR; ++r) zt[r] = 0.0f, tpair[r] = tcol[r] < 0 ? -1 : (tcol[r] - col0) >> 1;
+    auto target = [&](int r, int col, float x0, float x1) CELTUNE_INLINE {
+      zt[r] = tpair[r] == (col - col0) >> 1 ? ((tcol[r] & 1) ? x1 : x0) : zt[r];
+    };
     Element* row_at[kR] = {};
     if constexpr (StoreTile) {
       CUTLASS_PRAGMA_UNROLL
@@ -294,17 +298,26 @@ class CeStatsEpilogue {
           } else {
             y0 = softcap_scaled(z0, k, sl, &e0, &r0), y1 = softcap_scaled(z1, k, sl, &e1, &r1);
           }
-          target(r, col, y0 * kLn2, y1 * kLn2);
-          const float t0 = ok0 ? exp2_approx(y0 - sl) : 0.0f;
-          const float t1 = ok1 ? exp2_approx(y1 - sl) : 0.0f;
+          target(r, col, y0, y1);
+          // With q stored, the terms are 4·exp(ẑ − s) (the sum is scaled back
+          // after the loop, exactly), and q = that·(1 − tanh²)/4: one multiply
+          // fewer an element.
+          const float sl_t = decltype(store_q)::value ? sl - 2.0f : sl;
+          const float t0 = ok0 ? exp2_approx(y0 - sl_t) : 0.0f;
+          const float t1 = ok1 ? exp2_approx(y1 - sl_t) : 0.0f;
           sum[r] += t0 + t1;
           if (smoothing) sz[r] += (ok0 ? y0 : 0.0f) + (ok1 ? y1 : 0.0f);
           if constexpr (decltype(store_q)::value) {
             // q = exp(ẑ − s)·(1 − tanh²)
             if (in)
-              store_pair(r, col, ok1, pack_pair<Element>(t0 * softcap_dtanh(e0, r0), t1 * softcap_dtanh(e1, r1)));
+              store_pair(r, col, ok1,
+                         pack_pair<Element>(t0 * softcap_dtanh_quarter(e0, r0), t1 * softcap_dtanh_quarter(e1, r1)));
           }
         });
+        if constexpr (decltype(store_q)::value) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kR; ++r) sum[r] *= 0.25f;
+        }
       };
       with_flags([&](auto has_bias, auto full) CELTUNE_INLINE {
         constexpr cute::true_type yes{};
@@ -322,7 +335,7 @@ class CeStatsEpilogue {
         }
       });
       CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kR; ++r) sz[r] *= kLn2;  // Σẑ from Σy
+      for (int r = 0; r < kR; ++r) sz[r] *= kLn2, zt[r] *= kLn2;  // Σẑ from Σy, ẑ from y
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kR; ++r) mx[r] = params.softcap;
     } else {
@@ -420,7 +433,7 @@ class CeStatsEpilogue {
     }
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kR; ++r)
-      if (hit[r]) params.z_target[m0 + get<0>(crd(r, 0))] = zt[r];
+      if (tcol[r] >= 0 && ((tcol[r] - col0) & 7) < 2) params.z_target[m0 + get<0>(crd(r, 0))] = zt[r];
     if (thread_idx % 4 != 0) return;  // one lane of the quad writes the row's partial
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kR; ++r) {

@@ -719,7 +719,11 @@ void check_stats(const Stats& t) {
   if (!(t.p20_ms <= t.median_ms && t.median_ms <= t.p80_ms))
     fail_usage("p20 ≤ median ≤ p80 does not hold (" + format_double(t.p20_ms) + ", " + format_double(t.median_ms) +
                ", " + format_double(t.p80_ms) + ")");
-  if (t.samples < 1) fail_usage("samples must be ≥ 1, got " + std::to_string(t.samples));
+  // tune times at most 10 000 runs a candidate (--max-runs), and its interleaved
+  // rounds fewer: a row claiming 10^15 samples imported.
+  constexpr int64_t kMaxSamples = 1000000;
+  if (t.samples < 1 || t.samples > kMaxSamples)
+    fail_usage("samples must be in [1, " + std::to_string(kMaxSamples) + "], got " + std::to_string(t.samples));
   if (!std::isfinite(t.spread) || t.spread < 0) fail_usage("spread must be finite and ≥ 0, got " + format_double(t.spread));
 }
 
@@ -753,8 +757,10 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
                                     std::pair{"runtime", &d.runtime}, std::pair{"cublaslt", &d.cublaslt}})
     if (!printable(*text, 64))
       fail_usage(std::string("device ") + field + " must be at most 64 bytes of UTF-8 without control characters");
-  if (d.sm_count < 0 || d.memory_bytes < 0 || d.cublaslt_version < 0)
-    fail_usage("device sm_count, memory_bytes and cublaslt_version must be ≥ 0");
+  // Every device that measures has a processor (the CPU backend's count is its
+  // threads): a row from an sm_90 device with 0 SMs imported.
+  if (d.sm_count < 1) fail_usage("device sm_count must be ≥ 1, got " + std::to_string(d.sm_count));
+  if (d.memory_bytes < 0 || d.cublaslt_version < 0) fail_usage("device memory_bytes and cublaslt_version must be ≥ 0");
   const std::string& t = created_at;
   auto digits = [&](size_t at, size_t n) {
     for (size_t i = at; i < at + n; ++i)
@@ -810,8 +816,8 @@ void check_record(const BestEntry& b) {
   if (std::fabs(b.speedup - b.default_ms / b.stats.median_ms) > 1e-9 * b.speedup)
     fail_usage("speedup " + format_double(b.speedup) + " is not default_ms / median_ms (" +
                format_double(b.default_ms / b.stats.median_ms) + ")");
-  if (!printable(b.celtune_version, 64) || !printable(b.cublaslt, 64))
-    fail_usage("celtune_version and cublaslt must be at most 64 bytes of UTF-8 without control characters");
+  if (b.celtune_version.empty() || !printable(b.celtune_version, 64) || !printable(b.cublaslt, 64))
+    fail_usage("celtune_version (1 to 64 bytes) and cublaslt (at most 64) must be UTF-8 without control characters");
 }
 
 void check_record(const Measurement& m) {
@@ -820,7 +826,10 @@ void check_record(const Measurement& m) {
   if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
   if (!printable(m.reason, 4096)) fail_usage("reason must be at most 4096 bytes of UTF-8 without control characters");
   // A failed measurement is kept so the tuner never retries it: it must say why.
+  // An ok one has no reason to give (one that did imported). A failed one's
+  // stats are not read.
   if (m.status == "failed" && m.reason.empty()) fail_usage("a failed measurement must give its reason");
+  if (m.status == "ok" && !m.reason.empty()) fail_usage("a measurement with status ok gives no reason");
   // SM clocks read through NVML at the start and end of sampling, 0 where none
   // was read (the CPU backend); no GPU clocks above 10 GHz.
   for (double mhz : {m.clock_start_mhz, m.clock_end_mhz})
@@ -834,6 +843,19 @@ void check_record(const Measurement& m) {
     check_stats(m.stats);
   }
 }
+
+namespace {
+// nlohmann's message without its "[json.exception.type_error.304] " tag, which
+// names the library's internals, not the record ("cannot use at() with array":
+// the line is a JSON array, not an object).
+std::string json_reason(const nlohmann::json::exception& e) {
+  std::string w = e.what();
+  if (w.rfind("[json.exception.", 0) == 0)
+    if (const auto end = w.find("] "); end != std::string::npos) w.erase(0, end + 2);
+  if (dynamic_cast<const nlohmann::json::type_error*>(&e) != nullptr) w = "a field has the wrong type (" + w + ")";
+  return w;
+}
+}  // namespace
 
 Records read_jsonl(std::istream& in) {
   Records r;
@@ -854,7 +876,7 @@ Records read_jsonl(std::istream& in) {
         fail_usage("unknown record kind '" + kind + "'");
       }
     } catch (const nlohmann::json::exception& e) {
-      fail_usage("import line " + std::to_string(line_no) + ": " + e.what() + "; nothing was imported");
+      fail_usage("import line " + std::to_string(line_no) + ": " + json_reason(e) + "; nothing was imported");
     } catch (const Error& e) {
       fail_usage("import line " + std::to_string(line_no) + ": " + e.what() + "; nothing was imported");
     }

@@ -368,14 +368,29 @@ for bad in 's/"speedup":[0-9.e+-]*/"speedup":-5/' 's/"spread":[0-9.e+-]*/"spread
            's/"celtune_version":"[^"]*"/"celtune_version":"\\u001b[2J"/' 's/"created_at":"[^"]*"/"created_at":"2026-99-99T99:99:99Z"/' \
            's/"cublaslt_version":/"cublaslt_verison":/' 's/"key":"flce:N64:/"key":"flce:N65:/' 's/"speedup":/"spedup":/' \
            's/"config":{/"config":{"impl":"fused",/' 's/"speedup":[0-9.e+-]*/"speedup":1e308/' \
-           's/"default_ms":[0-9.e+-]*/"default_ms":0/'; do
+           's/"default_ms":[0-9.e+-]*/"default_ms":0/' 's/"sm_count":[0-9]*/"sm_count":0/' \
+           's/"celtune_version":"[^"]*"/"celtune_version":""/' 's/"samples":[0-9]*/"samples":1000000000000000/'; do
   grep '"record":"best"' "$tmp/h.jsonl" | sed "$bad" >"$tmp/bad.jsonl"
   expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/bad.jsonl"
 done
-for bad in 's/"clock_start_mhz":[0-9.e+-]*/"clock_start_mhz":-1/' 's/"clock_end_mhz":[0-9.e+-]*/"clock_end_mhz":1e308/'; do
-  grep '"record":"measurement"' "$tmp/h.jsonl" | head -1 | sed "$bad" >"$tmp/bad.jsonl"
+for bad in 's/"clock_start_mhz":[0-9.e+-]*/"clock_start_mhz":-1/' 's/"clock_end_mhz":[0-9.e+-]*/"clock_end_mhz":1e308/' \
+           's/"reason":""/"reason":"but it failed"/'; do
+  grep '"record":"measurement"' "$tmp/h.jsonl" | grep '"status":"ok"' | head -1 | sed "$bad" >"$tmp/bad.jsonl"
   expect 2 "import refuses ($bad)" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/bad.jsonl"
 done
+# Library internals stay out of the message: a JSON array is a wrong type, said so.
+echo '[1,2]' >"$tmp/bad.jsonl"
+expect 2 "import refuses a JSON array" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/bad.jsonl"
+contains err "wrong type" "the message says what is wrong"
+if grep -q 'json.exception' "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: the message names the JSON library"; else
+  passes=$((passes + 1)); fi
+# A read error on standard input is an error (exit 3), not an empty import.
+expect 3 "import from standard input that is a directory" -- sh -c '"$0" db --db "$1" import - <"$2"' \
+  "$celtune" "$tmp/h.sqlite" "$tmp"
+contains err "error reading standard input" "the message says the input failed"
+expect 3 "import from a closed standard input" -- sh -c '"$0" db --db "$1" import - <&-' "$celtune" "$tmp/h.sqlite"
+expect 3 "import a file that does not exist" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/nope.jsonl"
+contains err "No such file" "the message gives the reason"
 
 # A config the backend cannot run is refused with the reason (exit 2), not a failed verdict.
 expect 2 "validate a fused config on the CPU" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"impl":"fused"}'

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -176,14 +177,18 @@ int do_import(const DbArgs& a) {
   std::ifstream file;
   if (!from_stdin) {
     file.open(a.input);
-    if (!file) fail_env("cannot read " + a.input);
+    if (!file) fail_env("cannot read " + a.input + ": " + std::strerror(errno));
   }
   std::istream& in = from_stdin ? std::cin : file;
   const std::string path = db_path(a);
   // Every line read and checked before the database is opened: a bad line
   // leaves no new database behind.
   const db::Records records = db::read_jsonl(in);
-  if (in.bad()) fail_env("error reading " + (from_stdin ? std::string("standard input") : a.input));
+  // std::cin reads through stdio and sees a read error as the end of its input
+  // (standard input a directory or closed: "nothing imported", exit 0); stdio
+  // keeps the error.
+  if (in.bad() || (from_stdin && std::ferror(stdin)))
+    fail_env("error reading " + (from_stdin ? std::string("standard input") : a.input) + "; nothing was imported");
   offer_and_report(path, records, [&](const db::ImportCounts& n) {
     return n.records() == 0 ? "nothing imported into " + path + ": " + a.input + " holds no records"
                             : "imported " + outcome(n, "the input", path);

@@ -168,8 +168,11 @@ Action register_validate(CLI::App& app) {
                                  ? (dev.id == "cpu" ? " (default: no CUDA GPU found, using the CPU backend)"
                                                     : " (default: first CUDA GPU)")
                                  : "";
+    // Flushed: the seed replays a run, and a run killed before its report (a
+    // timeout, a full-size shape on the CPU) left a redirected file empty.
     if (!a->json)
-      std::cout << "device: " << dev.id << " — " << dev.name << why_device << "\nseed: " << seed << "\n\n";
+      std::cout << "device: " << dev.id << " — " << dev.name << why_device << "\nseed: " << seed << "\n\n"
+                << std::flush;
 
     std::vector<CaseResult> results;
     int failed = 0;

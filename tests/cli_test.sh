@@ -666,6 +666,12 @@ contains err "out of range" "the ignore-index message says out of range"
 # cores) are refused up front, not started; small inputs keep it off the memory check.
 expect 2 "validate refuses days of CPU work" -- "$celtune" validate --device cpu --shape 1048576,64,1048576
 contains err "--reference fp64" "the refusal says how to run it anyway"
+# The estimate counts no more evaluations than the space has candidates: a
+# huge --budget at a tiny problem is neither refused nor noted as years of work.
+expect 0 "tune a tiny problem with a huge --budget" -- "$celtune" tune --shape 4,8,100 --mode fwd \
+  --budget 18446744073709551615 --min-runs 3 --max-runs 3 --db "$tmp/budget.sqlite"
+if grep -q "minutes" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: tune estimated minutes of work"; else
+  passes=$((passes + 1)); fi
 expect 2 "--softcap -1" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -1
 [ "$(wc -c <"$tmp/err")" -lt 200 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the softcap message is $(wc -c <"$tmp/err") bytes"; }
 expect 2 "a zero vocabulary in --shape" -- "$celtune" validate --device cpu --shape 64,32,0

@@ -14,6 +14,7 @@
 
 #include "commands.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/space.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
 #include "problem_args.hpp"
@@ -172,10 +173,24 @@ Action register_tune(CLI::App& app) {
     // shapes timed the CPU backend without a word. At least 12 evaluations a
     // problem (guided's floor; --budget where given), each --min-runs timed runs
     // and 3 warm-ups; past ten minutes refused unless --device cpu asked for it.
+    // No more evaluations than the space has candidates: --budget 10^19 at a
+    // 16-candidate problem was estimated at 5·10^13 minutes (and refused
+    // without --device cpu).
     if (backends.size() == 1 && backends.front()->device().id == "cpu") {
+      Backend& cpu = *backends.front();
+      SpaceLimits limits;
+      limits.max_scratch = o.max_scratch;
+      limits.scratch_bytes = [&](const Problem& q, const KernelConfig& c) { return cpu.scratch_bytes(q, c); };
+      limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
+        return cpu.supports(q, c, why);
+      };
       double ops = 0.0;
-      const double evals = static_cast<double>(a->budget ? a->budget : 12);
-      for (const Problem& p : problems) ops += call_ops(p) * evals * static_cast<double>(a->min_runs + 3);
+      for (const Problem& p : problems) {
+        const double cands = static_cast<double>(enumerate(space_for(p), p, limits).size());
+        const double asked = o.strategy == Strategy::exhaustive ? cands : static_cast<double>(a->budget ? a->budget : 12);
+        const double evals = std::min(asked, cands);
+        ops += call_ops(p) * evals * static_cast<double>(a->min_runs + 3);
+      }
       limit_cpu_work(ops, !a->device.empty(), "tuning these problems", "tune", "at least ", a->json);
     }
     const std::string db_path = a->db.empty() ? default_db_path() : a->db;

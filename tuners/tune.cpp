@@ -70,6 +70,16 @@ void grow_seeds(const SearchSpace& space, const std::vector<Candidate>& cands, c
 
 }  // namespace
 
+SpaceLimits backend_limits(Backend& backend, size_t max_scratch) {
+  SpaceLimits limits;
+  limits.max_scratch = max_scratch;
+  limits.scratch_bytes = [&backend](const Problem& q, const KernelConfig& c) { return backend.scratch_bytes(q, c); };
+  limits.supported = [&backend](const Problem& q, const KernelConfig& c, std::string* why) {
+    return backend.supports(q, c, why);
+  };
+  return limits;
+}
+
 TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, const TuneOptions& o,
                         const std::function<void(const TuneProgress&)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -77,12 +87,7 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   TuneResult res;
   res.problem = p;
   const SearchSpace space = space_for(p);
-  SpaceLimits limits;
-  limits.max_scratch = o.max_scratch;
-  limits.scratch_bytes = [&](const Problem& q, const KernelConfig& c) { return backend.scratch_bytes(q, c); };
-  limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
-    return backend.supports(q, c, why);
-  };
+  const SpaceLimits limits = backend_limits(backend, o.max_scratch);
   const auto cands = enumerate(space, p, limits);
   res.candidates = cands.size();
   if (cands.empty()) throw Error(Status::failure, "no config of the search space fits " + p.key() + " within the limits");

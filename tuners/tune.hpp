@@ -53,6 +53,11 @@ struct TuneResult {
   double seconds = 0;
 };
 
+// The limits a search on this backend keeps to: max_scratch, the backend's
+// scratch per config, and its check(). tune_problem enumerates under them, and
+// tune's CPU-time estimate counts the same candidates.
+SpaceLimits backend_limits(Backend& backend, size_t max_scratch);
+
 const char* kernel_source_hash();
 const char* celtune_version();
 

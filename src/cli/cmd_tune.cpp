@@ -14,7 +14,6 @@
 
 #include "commands.hpp"
 #include "kernels/backend.hpp"
-#include "kernels/space.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
 #include "problem_args.hpp"
@@ -171,23 +170,18 @@ Action register_tune(CLI::App& app) {
     for (const auto& d : devices) backends.push_back(open_backend(d));
     // Nor days of CPU work by surprise: with no GPU found, tune at Llama-3-8B
     // shapes timed the CPU backend without a word. At least 12 evaluations a
-    // problem (guided's floor; --budget where given), each --min-runs timed runs
-    // and 3 warm-ups; past ten minutes refused unless --device cpu asked for it.
-    // No more evaluations than the space has candidates: --budget 10^19 at a
-    // 16-candidate problem was estimated at 5·10^13 minutes (and refused
-    // without --device cpu).
+    // problem (guided's floor; --budget where given; every candidate when
+    // exhaustive), but no more than the space has candidates (--budget 10^19 at
+    // 16 candidates was estimated at 5·10^13 minutes and refused), each
+    // --min-runs timed runs and 3 warm-ups; past ten minutes refused unless
+    // --device cpu asked for it.
     if (backends.size() == 1 && backends.front()->device().id == "cpu") {
-      Backend& cpu = *backends.front();
-      SpaceLimits limits;
-      limits.max_scratch = o.max_scratch;
-      limits.scratch_bytes = [&](const Problem& q, const KernelConfig& c) { return cpu.scratch_bytes(q, c); };
-      limits.supported = [&](const Problem& q, const KernelConfig& c, std::string* why) {
-        return cpu.supports(q, c, why);
-      };
+      const SpaceLimits limits = backend_limits(*backends.front(), o.max_scratch);
       double ops = 0.0;
       for (const Problem& p : problems) {
         const double cands = static_cast<double>(enumerate(space_for(p), p, limits).size());
-        const double asked = o.strategy == Strategy::exhaustive ? cands : static_cast<double>(a->budget ? a->budget : 12);
+        const double asked =
+            o.strategy == Strategy::exhaustive ? cands : static_cast<double>(a->budget ? a->budget : 12);
         const double evals = std::min(asked, cands);
         ops += call_ops(p) * evals * static_cast<double>(a->min_runs + 3);
       }

@@ -672,6 +672,11 @@ expect 0 "tune a tiny problem with a huge --budget" -- "$celtune" tune --shape 4
   --budget 18446744073709551615 --min-runs 3 --max-runs 3 --db "$tmp/budget.sqlite"
 if grep -q "minutes" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: tune estimated minutes of work"; else
   passes=$((passes + 1)); fi
+# The seed is on disk before the first case runs: a run killed mid-case (here a
+# full-size shape on the CPU) still leaves what replays it.
+expect 137 "validate killed mid-case" -- timeout -s KILL 3 "$celtune" validate --device cpu --model llama3-8b \
+  --tokens 64 --seed 4242
+contains out "seed: 4242" "a killed validate has printed its seed"
 expect 2 "--softcap -1" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -1
 [ "$(wc -c <"$tmp/err")" -lt 200 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the softcap message is $(wc -c <"$tmp/err") bytes"; }
 expect 2 "a zero vocabulary in --shape" -- "$celtune" validate --device cpu --shape 64,32,0

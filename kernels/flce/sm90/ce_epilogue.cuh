@@ -81,17 +81,28 @@ CUTLASS_DEVICE uint32_t pack_pair(float a0, float a1) {
     return reinterpret_cast<const uint32_t&>(p);
   }
 }
-// The same, and the two rounded values back in fp32.
+// A packed pair back in fp32.
 template <class Element>
-CUTLASS_DEVICE uint32_t round_pair(float a0, float a1, float& f0, float& f1) {
-  const uint32_t bits = pack_pair<Element>(a0, a1);
+CUTLASS_DEVICE void unpack_pair(uint32_t bits, float& f0, float& f1) {
   if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
     f0 = __uint_as_float(bits << 16), f1 = __uint_as_float(bits & 0xffff0000u);
   } else {
     const float2 f = __half22float2(reinterpret_cast<const __half2&>(bits));
     f0 = f.x, f1 = f.y;
   }
-  return bits;
+}
+// The larger of two packed pairs, lane by lane; a NaN lane takes the other's
+// value, as fmaxf does (one HMNMX2).
+template <class Element>
+CUTLASS_DEVICE uint32_t max_pair(uint32_t a, uint32_t b) {
+  if constexpr (cute::is_same_v<Element, cutlass::bfloat16_t>) {
+    const __nv_bfloat162 m =
+        __hmax2(reinterpret_cast<const __nv_bfloat162&>(a), reinterpret_cast<const __nv_bfloat162&>(b));
+    return reinterpret_cast<const uint32_t&>(m);
+  } else {
+    const __half2 m = __hmax2(reinterpret_cast<const __half2&>(a), reinterpret_cast<const __half2&>(b));
+    return reinterpret_cast<const uint32_t&>(m);
+  }
 }
 
 // The tile is stored straight from registers, two elements a store. Staging it in
@@ -183,6 +194,22 @@ class CeStatsEpilogue {
     Tensor crd = make_tensor(tCcD.data(), rowcol(tCcD.layout()));
     constexpr int kR = decltype(size<0>(acc))::value, kC = decltype(size<1>(acc))::value;
     static_assert(kC % 2 == 0, "columns come in adjacent pairs");
+    // Every accumulator rounded to the input dtype first, two columns a register
+    // (the statistics are those of the rounded logits: file comment). The 192
+    // floats of the ping-pong tile are dead from here, and 96 packed registers in
+    // their place leave the loops below room to keep several elements in flight.
+    // Rounded pair by pair inside the loops, the floats stayed live through them:
+    // ptxas spilled 7 KB in the tile-storing GEMM (its mainloop reloaded two
+    // values every k-block), the epilogue ran at ~6 cycles an instruction on
+    // dependency stalls, and at Gemma-2-2B the tensor pipe was busy 72% of the
+    // time. Packed first: 88%, the GEMM 1.90 → 1.69 ms a 1024-row chunk (H100,
+    // docs/results.md, twenty-seventh session).
+    uint32_t zb[kR][kC / 2];
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kC; c += 2) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kR; ++r) zb[r][c / 2] = pack_pair<Element>(acc(r, c), acc(r, c + 1));
+    }
 
     float mx[kR], sum[kR], sz[kR];
     CUTLASS_PRAGMA_UNROLL
@@ -256,7 +283,8 @@ class CeStatsEpilogue {
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) {
           float x0, x1;
-          const uint32_t bits = round_pair<Element>(acc(r, c), acc(r, c + 1), x0, x1);
+          const uint32_t bits = zb[r][c / 2];
+          unpack_pair<Element>(bits, x0, x1);
           if constexpr (decltype(has_bias)::value) x0 += b0, x1 += b1;
           f(r, col, full || (ok0 && get<0>(crd(r, c)) < valid_m), ok0, ok1, x0, x1, bits);
         }
@@ -339,16 +367,15 @@ class CeStatsEpilogue {
       CUTLASS_PRAGMA_UNROLL
       for (int r = 0; r < kR; ++r) mx[r] = params.softcap;
     } else {
-      // Two passes over the accumulators, neither of which keeps ẑ: first each
-      // row's reference m, the max of ẑ over the tile, then round, store z, bias,
+      // Two passes over the rounded logits, neither of which keeps ẑ: first each
+      // row's reference m, the max of ẑ over the tile, then store z, bias,
       // softcap (above kSm90FixedReferenceMaxSoftcap), Σ exp(ẑ − m) and Σẑ. A
-      // copy of ẑ for the second pass would hold 128 (cooperative) or 192
-      // (ping-pong) more registers a thread, where the ping-pong tile kernel has
-      // 40 to spare (most of its former 10 KB of spills were the per-pair store
-      // addresses, as the comment on row_at says). Rounding and the softcap are
-      // monotonic, so without a bias m = softcap(round(max z)) is the max of ẑ
-      // exactly; with one, the first pass rounds and adds the bias itself. fmaxf
-      // drops NaN; the sum carries it.
+      // float copy of ẑ for the second pass would hold 128 (cooperative) or 192
+      // (ping-pong) more registers a thread (most of the ping-pong tile kernel's
+      // former 10 KB of spills were the per-pair store addresses, as the comment
+      // on row_at says). The softcap is monotonic, so without a bias m =
+      // softcap(max z) is the max of ẑ exactly; with one, the first pass adds the
+      // bias itself. fmaxf (and HMNMX2) drop NaN; the sum carries it.
       auto row_max = [&](auto has_bias, auto full) CELTUNE_INLINE {
         auto take = [&](int r, bool ok0, bool ok1, float x0, float x1) CELTUNE_INLINE {
           mx[r] = fmaxf(mx[r], fmaxf(ok0 ? x0 : -INFINITY, ok1 ? x1 : -INFINITY));
@@ -359,12 +386,22 @@ class CeStatsEpilogue {
             take(r, ok0, ok1, x0, x1);
           });
         } else {
+          // On the packed pairs, one HMNMX2 a pair; masked columns read as −inf.
+          constexpr uint32_t kNegInf16 = cute::is_same_v<Element, cutlass::bfloat16_t> ? 0xff80u : 0xfc00u;
           CUTLASS_PRAGMA_UNROLL
-          for (int c = 0; c < kC; c += 2) {
-            const int col = get<1>(crd(0, c));
+          for (int r = 0; r < kR; ++r) {
+            uint32_t m2 = kNegInf16 | kNegInf16 << 16;
             CUTLASS_PRAGMA_UNROLL
-            for (int r = 0; r < kR; ++r)
-              take(r, full || col < valid_n, full || col + 1 < valid_n, acc(r, c), acc(r, c + 1));
+            for (int c = 0; c < kC; c += 2) {
+              const int col = get<1>(crd(0, c));
+              uint32_t b = zb[r][c / 2];
+              if (!(full || col < valid_n)) b = (b & 0xffff0000u) | kNegInf16;
+              if (!(full || col + 1 < valid_n)) b = (b & 0xffffu) | kNegInf16 << 16;
+              m2 = max_pair<Element>(m2, b);
+            }
+            float lo, hi;
+            unpack_pair<Element>(m2, lo, hi);
+            mx[r] = fmaxf(lo, hi);
           }
         }
         CUTLASS_PRAGMA_UNROLL
@@ -372,10 +409,6 @@ class CeStatsEpilogue {
           // The quad that shares a row holds all of its BLOCK_N columns.
           mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
           mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-          if constexpr (!decltype(has_bias)::value) {
-            float unused;
-            round_pair<Element>(mx[r], mx[r], mx[r], unused);
-          }
           if (params.softcap > 0.0f) mx[r] = softcap_fast(mx[r], params.softcap, inv_cap);
         }
       };

@@ -404,20 +404,30 @@ struct GradOp {
     }
     add_bias<T, ELEMS>(p, v0 + start, valid, x);
     // The target's index among this thread's elements, or ELEMS when elsewhere.
+    // A row's target lies in one thread's elements of one tile: every other tile
+    // takes the form without the per-element test (two instructions an element
+    // of about seven; the ce kernels are bound by instruction issue on the H200).
     const uint64_t yk = static_cast<uint64_t>(y_local - start);
-    const int ty = yk < static_cast<uint64_t>(ELEMS) ? static_cast<int>(yk) : ELEMS;
+    if (yk < static_cast<uint64_t>(ELEMS))
+      form<true>(x, static_cast<int>(yk));
+    else
+      form<false>(x, ELEMS);
+  }
+  template <bool kTarget>
+  __device__ __forceinline__ void form(float (&x)[ELEMS], int ty) const {
+    auto offset = [&](int k) { return kTarget && k == ty ? -c_smooth - c_target : -c_smooth; };
     const float s = p.softcap;
     if (s > 0.0f) {
       const float inv_s = 1.0f / s;
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) {
         const float z = softcap_fast(x[k], s, inv_s), t = z * inv_s;
-        const float g = fmaf(cp, exp_shifted<T>(z, shift), k == ty ? -c_smooth - c_target : -c_smooth);
+        const float g = fmaf(cp, exp_shifted<T>(z, shift), offset(k));
         x[k] = g * fmaf(-t, t, 1.0f);
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < ELEMS; ++k) x[k] = fmaf(cp, exp_shifted<T>(x[k], shift), k == ty ? -c_smooth - c_target : -c_smooth);
+      for (int k = 0; k < ELEMS; ++k) x[k] = fmaf(cp, exp_shifted<T>(x[k], shift), offset(k));
     }
   }
 };
@@ -777,6 +787,17 @@ __device__ __forceinline__ void grad_global(const T* row, T* orow, int64_t lo, i
 // itself (so its gradient's scale needs no earlier kernel); the cluster's first
 // block of each row adds the row to a counter after its token loss, and the last
 // row to arrive sums the token losses in a fixed order and resets the counter.
+// The barrier between a row's blocks, or the block's own where the row is one
+// block's: cluster.sync() compiles to a GPU-scope fence (MEMBAR.ALL.GPU) before
+// its arrive, which waits for the block's stores to reach the GPU, and no other
+// block reads this one's shared memory then.
+__device__ __forceinline__ void row_sync(cg::cluster_group& cluster, int splits) {
+  if (splits > 1)
+    cluster.sync();
+  else
+    __syncthreads();
+}
+
 template <typename T, int ELEMS>
 __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p, int64_t seg, int splits, float* lse,
                                                        float* token_loss, int64_t cache_elems, bool grad, OneLaunch one) {
@@ -823,19 +844,22 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     bar_wait(&bars[k], 0);
     for (int64_t i = lo + mine; i < hi; i += block) {
       float x[ELEMS];
+      // Whole tiles with a constant count, so fold_tile compiles without its
+      // per-element masks (a third of the loop's instructions).
       if (i + ELEMS <= hi) {
         Raw<T, ELEMS> r;
         r.load(cache + i);
         r.to_float(x);
+        fold_tile<T, ELEMS>(p, v0 + b0 + i, ELEMS, x, t.m, t.d, t.zs);
       } else {
         load_masked<T, ELEMS>(cache, i, hi, x);
+        fold_tile<T, ELEMS>(p, v0 + b0 + i, hi - i, x, t.m, t.d, t.zs);
       }
-      fold_tile<T, ELEMS>(p, v0 + b0 + i, hi - i, x, t.m, t.d, t.zs);
     }
   }
   const Partial s = block_partial(t);
   if (threadIdx.x == 0) s_part = make_float4(s.m, s.d, s.zs, target_logit(p, row, v0, g.cols, y));
-  cluster.sync();
+  row_sync(cluster, splits);
   const bool first = cluster.block_rank() == 0;
   if (threadIdx.x == 0) {
     float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
@@ -851,7 +875,7 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
   }
   // No block may leave while another still reads its partial; the barrier also
   // gives every thread s_L and s_c.
-  cluster.sync();
+  row_sync(cluster, splits);
   if (grad) {
     T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
     const float c = s_c;
@@ -863,19 +887,21 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     for (int64_t i = mine; i < b1 - b0; i += block) {
       float x[ELEMS];
       const int64_t valid = b1 - b0 - i;
-      if (valid >= ELEMS) {
+      if (valid >= ELEMS) {  // whole tiles with a constant count, as in the fold
         Raw<T, ELEMS> r;
         r.load(cache + i);
         r.to_float(x);
+        body(i, x, ELEMS);
+        if (wide) {
+          Raw<T, ELEMS> out;
+          out.from_float(x);
+          out.store(orow + b0 + i);
+        } else {
+          store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
+        }
       } else {
         load_masked<T, ELEMS>(cache, i, b1 - b0, x);
-      }
-      body(i, x, valid);
-      if (wide && valid >= ELEMS) {
-        Raw<T, ELEMS> out;
-        out.from_float(x);
-        out.store(orow + b0 + i);
-      } else {
+        body(i, x, valid);
         store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
       }
     }

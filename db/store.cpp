@@ -706,8 +706,7 @@ void export_jsonl(const Store& s, std::ostream& out) {
 namespace {
 // A record that would poison the database: a median of 0 or -1 wins every later
 // import and merge, and a config the kernels refuse would be served at run time.
-// Failed measurements carry a reason and no timing, so only their identity is
-// checked.
+// Failed measurements carry a reason and no timing (check_record).
 void check_stats(const Stats& t) {
   // At most 1e7 ms (almost three hours) a call: a median of 1e300 ms was
   // imported, printed as 300 digits and plotted at the axis' origin.
@@ -725,6 +724,12 @@ void check_stats(const Stats& t) {
   if (t.samples < 1 || t.samples > kMaxSamples)
     fail_usage("samples must be in [1, " + std::to_string(kMaxSamples) + "], got " + std::to_string(t.samples));
   if (!std::isfinite(t.spread) || t.spread < 0) fail_usage("spread must be finite and ≥ 0, got " + format_double(t.spread));
+  // spread is (p80 − p20) / median of the same samples (tuners/measure.cpp
+  // computes it so, and `db list` and the tuner's noise guard read it): a row
+  // whose spread disagreed with its own quantiles imported.
+  const double expected = (t.p80_ms - t.p20_ms) / t.median_ms;
+  if (std::fabs(t.spread - expected) > 1e-9 * std::max(1.0, expected))
+    fail_usage("spread " + format_double(t.spread) + " is not (p80 − p20) / median (" + format_double(expected) + ")");
 }
 
 // Text a record carries and `db list` or `lookup` print: at most `max` bytes of
@@ -826,10 +831,14 @@ void check_record(const Measurement& m) {
   if (m.status != "ok" && m.status != "failed") fail_usage("status must be 'ok' or 'failed'");
   if (!printable(m.reason, 4096)) fail_usage("reason must be at most 4096 bytes of UTF-8 without control characters");
   // A failed measurement is kept so the tuner never retries it: it must say why.
-  // An ok one has no reason to give (one that did imported). A failed one's
-  // stats are not read.
+  // An ok one has no reason to give (one that did imported). A failed one timed
+  // nothing, and tune stores its stats as zeros: one claiming a median of 1e300
+  // imported and was exported again.
   if (m.status == "failed" && m.reason.empty()) fail_usage("a failed measurement must give its reason");
   if (m.status == "ok" && !m.reason.empty()) fail_usage("a measurement with status ok gives no reason");
+  if (m.status == "failed" && !(m.stats == Stats{}))
+    fail_usage("a failed measurement timed nothing: its stats must be zeros, got median " +
+               format_double(m.stats.median_ms) + " over " + std::to_string(m.stats.samples) + " samples");
   // SM clocks read through NVML at the start and end of sampling, 0 where none
   // was read (the CPU backend); no GPU clocks above 10 GHz.
   for (double mhz : {m.clock_start_mhz, m.clock_end_mhz})

@@ -243,9 +243,9 @@ cmp -s "$tmp/junk.sqlite" "$tmp/junk.copy" && passes=$((passes + 1)) || { fails=
 
 # db: import → list → export → merge round trip through the CLI.
 cat >"$tmp/in.jsonl" <<'JL'
-{"record":"best","device":{"name":"GTX fictional","arch":"sm_90","sm_count":132,"memory_bytes":85899345920,"driver":"580.1","runtime":"13.0","cublaslt":"13.0.0","cublaslt_version":130000},"problem":{"family":"flce","tokens":4096,"hidden":4096,"vocab":128256,"dtype":"bf16","target_type":"int64","ignore_index":-100,"reduction":"mean","label_smoothing":0.0,"softcap":0.0,"z_loss":0.0,"bias":false,"mode":"fwdbwd"},"config":{"block_size":2048,"v_chunk":0,"row_chunk":512,"threads":256,"rows_per_block":1,"dw_acc_fp32":true,"dx_acc_fp32":true,"fused":false},"stats":{"median_ms":10.5,"p20_ms":10.4,"p80_ms":10.7,"samples":40,"spread":0.03},"default_ms":12.0,"speedup":1.1428571428571428,"celtune_version":"0.1.0","kernel_hash":"abc","cublaslt":"13.0.0","created_at":"2026-11-22T00:00:00Z"}
+{"record":"best","device":{"name":"GTX fictional","arch":"sm_90","sm_count":132,"memory_bytes":85899345920,"driver":"580.1","runtime":"13.0","cublaslt":"13.0.0","cublaslt_version":130000},"problem":{"family":"flce","tokens":4096,"hidden":4096,"vocab":128256,"dtype":"bf16","target_type":"int64","ignore_index":-100,"reduction":"mean","label_smoothing":0.0,"softcap":0.0,"z_loss":0.0,"bias":false,"mode":"fwdbwd"},"config":{"block_size":2048,"v_chunk":0,"row_chunk":512,"threads":256,"rows_per_block":1,"dw_acc_fp32":true,"dx_acc_fp32":true,"fused":false},"stats":{"median_ms":10.5,"p20_ms":10.4,"p80_ms":10.7,"samples":40,"spread":0.02857142857142847},"default_ms":12.0,"speedup":1.1428571428571428,"celtune_version":"0.1.0","kernel_hash":"abc","cublaslt":"13.0.0","created_at":"2026-11-22T00:00:00Z"}
 JL
-sed 's/"median_ms":10.5/"median_ms":9.5/; s/"p20_ms":10.4/"p20_ms":9.4/; s/"block_size":2048/"block_size":1024/; s/"speedup":1.1428571428571428/"speedup":1.263157894736842/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
+sed 's/"median_ms":10.5/"median_ms":9.5/; s/"p20_ms":10.4/"p20_ms":9.4/; s/"spread":0.02857142857142847/"spread":0.1368421052631578/; s/"block_size":2048/"block_size":1024/; s/"speedup":1.1428571428571428/"speedup":1.263157894736842/' "$tmp/in.jsonl" >"$tmp/faster.jsonl"
 expect 0 "db import" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/in.jsonl"
 expect 0 "db list" -- "$celtune" db --db "$tmp/a.sqlite" list
 contains out "GTX fictional" "db list shows the entry"
@@ -313,7 +313,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 b = next(r for r in rows if r["record"] == "best")
 b["kernel_hash"] = "0123abcd"
-b["stats"].update(median_ms=0.001, p20_ms=0.0005, p80_ms=0.002)
+b["stats"].update(median_ms=0.001, p20_ms=0.0005, p80_ms=0.002, spread=(0.002 - 0.0005) / 0.001)
 b["speedup"] = b["default_ms"] / 0.001
 open(sys.argv[2], "w").write(json.dumps(b) + "\n")
 PY
@@ -655,6 +655,7 @@ for l in sys.stdin:
     j = json.loads(l)
     if j["record"] == "measurement":
         j["status"], j["reason"] = "failed", "imported failure"
+        j["stats"] = {"median_ms": 0, "p20_ms": 0, "p80_ms": 0, "samples": 0, "spread": 0}
         print(json.dumps(j))' >"$tmp/allfail.jsonl"
 expect 0 "import them as failed" -- "$celtune" db --db "$tmp/allfail.sqlite" import "$tmp/allfail.jsonl"
 expect 1 "tune over stored failures" -- "$celtune" tune --device cpu --shape 64,32,2000 --mode fwd --strategy exhaustive \

@@ -45,7 +45,7 @@ db::BestEntry best(const DeviceInfo& d, int64_t n, double ms, int block) {
   db::BestEntry b;
   b.device = d, b.problem = problem(n);
   b.config.block_size = block, b.config.v_chunk = 8192;
-  b.stats = {ms, ms * 0.99, ms * 1.02, 40, 0.03};
+  b.stats = {ms, ms * 0.99, ms * 1.02, 40, (ms * 1.02 - ms * 0.99) / ms};
   b.default_ms = ms * 1.5, b.speedup = 1.5, b.celtune_version = "0.1.0", b.kernel_hash = "abc123";
   b.cublaslt = d.cublaslt, b.created_at = "2026-11-22T00:00:00Z";
   return b;
@@ -55,7 +55,10 @@ db::Measurement meas(const DeviceInfo& d, int64_t n, int block, const char* stat
   db::Measurement m;
   m.device = d, m.problem = problem(n), m.config.block_size = block;
   m.kernel_hash = "abc123", m.status = status, m.reason = status == std::string("ok") ? "" : "rel L2 too large";
-  m.stats = {1.0 + block * 1e-4, 0.99, 1.1, 30, 0.1};
+  // A failed measurement timed nothing (its stats are zeros); an ok one's spread
+  // is (p80 − p20) / median, as check_record requires.
+  const double median = 1.0 + block * 1e-4;
+  if (m.status == "ok") m.stats = {median, median * 0.99, median * 1.1, 30, (median * 1.1 - median * 0.99) / median};
   m.created_at = "2026-11-22T00:00:00Z";
   return m;
 }
@@ -305,6 +308,24 @@ TEST_CASE("store: import refuses a kernel hash that is not hex and a failure wit
   CHECK_NOTHROW(db::check_record(m));
   m.reason.clear();
   CHECK_THROWS_WITH_AS(db::check_record(m), doctest::Contains("reason"), Error);
+}
+
+TEST_CASE("store: import refuses stats that disagree with themselves, and timings on a failure") {
+  const DeviceInfo d = fictional();
+  db::BestEntry b = best(d, 4096, 10.0, 2048);
+  CHECK_NOTHROW(db::check_record(b));
+  b.stats.spread *= 1.5;  // no longer (p80 − p20) / median
+  CHECK_THROWS_WITH_AS(db::check_record(b), doctest::Contains("is not (p80 − p20) / median"), Error);
+  db::Measurement ok = meas(d, 4096, 2048);
+  CHECK_NOTHROW(db::check_record(ok));
+  ok.stats.spread = 0.0;
+  CHECK_THROWS_WITH_AS(db::check_record(ok), doctest::Contains("spread"), Error);
+  db::Measurement m = meas(d, 4096, 2048, "failed");
+  m.stats = meas(d, 4096, 2048).stats;  // a failure claiming a timing
+  CHECK_THROWS_WITH_AS(db::check_record(m), doctest::Contains("timed nothing"), Error);
+  m.stats = db::Stats{};
+  m.stats.samples = 3;
+  CHECK_THROWS_WITH_AS(db::check_record(m), doctest::Contains("timed nothing"), Error);
 }
 
 TEST_CASE("store: import refuses a key given twice in one object, at any depth") {

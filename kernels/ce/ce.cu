@@ -772,9 +772,10 @@ __device__ __forceinline__ void grad_global(const T* row, T* orow, int64_t lo, i
 // Forward (and backward) with each row read from device memory once: a
 // thread-block cluster of `splits` blocks shares the row (sm_90; one block when
 // splits = 1), each holding its segment in shared memory, loaded by bulk copies.
-// The blocks exchange their partials through distributed shared memory, every
-// block merges them in the same order (so all agree on L bit for bit), then, with
-// `grad`, each writes its segment's dZ from the copy it holds.
+// The blocks push their partials into each other's shared memory (see the
+// exchange above), every block merges them in the same order (so all agree on L
+// bit for bit), then, with `grad`, each writes its segment's dZ from the copy it
+// holds.
 //
 // Registers are what makes this fast: the bytes in flight are the bulk copies',
 // not the threads', so a thread needs only one tile of ELEMS values, and
@@ -787,15 +788,44 @@ __device__ __forceinline__ void grad_global(const T* row, T* orow, int64_t lo, i
 // itself (so its gradient's scale needs no earlier kernel); the cluster's first
 // block of each row adds the row to a counter after its token loss, and the last
 // row to arrive sums the token losses in a fixed order and resets the counter.
-// The barrier between a row's blocks, or the block's own where the row is one
-// block's: cluster.sync() compiles to a GPU-scope fence (MEMBAR.ALL.GPU) before
-// its arrive, which waits for the block's stores to reach the GPU, and no other
-// block reads this one's shared memory then.
-__device__ __forceinline__ void row_sync(cg::cluster_group& cluster, int splits) {
-  if (splits > 1)
-    cluster.sync();
-  else
-    __syncthreads();
+// The exchange of partials between a row's blocks. cluster.sync() compiles to a
+// GPU-scope fence (MEMBAR.ALL.GPU) before its arrive, which waits for the
+// block's stores to reach the GPU; two of them a block cost the fused kernel
+// where a row is two to eight blocks. Instead each block pushes its partial
+// into every other block's shared memory with st.async, which counts its bytes
+// on the receiver's mbarrier, and waits on its own mbarrier for the others'.
+// The one cluster barrier that remains, arrived at (relaxed) right after the
+// mbarriers are initialised and waited on only before the pushes, makes sure
+// every receiver's mbarrier exists: by then it has long completed.
+__device__ __forceinline__ uint32_t cluster_addr(const void* local, uint32_t rank) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(local)), "r"(rank));
+#endif
+  return r;
+}
+__device__ __forceinline__ void push_partial(float4* slot, uint64_t* bar, uint32_t rank, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   cluster_addr(slot, rank)),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_addr(bar, rank))
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void expect_bytes(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
 }
 
 template <typename T, int ELEMS>
@@ -804,8 +834,8 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 cache_raw[];
   T* cache = reinterpret_cast<T*>(cache_raw);
-  __shared__ uint64_t bars[kPieces];
-  __shared__ float4 s_part;
+  __shared__ uint64_t bars[kPieces], s_xbar;
+  __shared__ float4 s_parts[kCeMaxClusterBlocks];  // every block's partial, by rank
   __shared__ float s_L, s_c;
   __shared__ int64_t s_n;
   cg::cluster_group cluster = cg::this_cluster();
@@ -820,7 +850,9 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
   const int64_t piece = ((b1 - b0 + kPieces - 1) / kPieces + block - 1) / block * block;
   if (threadIdx.x == 0) {
     for (int k = 0; k < kPieces; ++k) bar_init(&bars[k], 1);
+    bar_init(&s_xbar, 1);
     bar_init_fence();
+    expect_bytes(&s_xbar, static_cast<uint32_t>((splits - 1) * sizeof(float4)));
     for (int k = 0; k < kPieces; ++k) {
       const int64_t lo = b0 + k * piece, hi = min(b1, lo + piece);
       if (lo < hi) bulk_load(cache + (lo - b0), row + lo, static_cast<uint32_t>((hi - lo) * sizeof(T)), &bars[k]);
@@ -834,6 +866,7 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
       if (blockIdx.x == 0) *one.n_valid = n, *one.bad = bad;
     }
   }
+  if (splits > 1) cluster_arrive_relaxed();  // this block's s_xbar exists (see the exchange)
   __syncthreads();  // the barriers are initialised before anyone waits on them
   ThreadStats t;
   fold_global<T, ELEMS>(row, 0, b0, v0, p, t);        // before the boundary
@@ -858,13 +891,19 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     }
   }
   const Partial s = block_partial(t);
-  if (threadIdx.x == 0) s_part = make_float4(s.m, s.d, s.zs, target_logit(p, row, v0, g.cols, y));
-  row_sync(cluster, splits);
-  const bool first = cluster.block_rank() == 0;
+  if (splits > 1) cluster_wait();  // every block of the row has its s_xbar
+  const uint32_t rank = cluster.block_rank();  // read here: the fold has no register to spare
+  const bool first = rank == 0;
   if (threadIdx.x == 0) {
+    const float4 mine_part = make_float4(s.m, s.d, s.zs, target_logit(p, row, v0, g.cols, y));
+    s_parts[rank] = mine_part;
+    for (int k = 0; k < splits; ++k)
+      if (k != static_cast<int>(rank)) push_partial(&s_parts[rank], &s_xbar, k, mine_part);
+    if (splits > 1) bar_wait(&s_xbar, 0);
+    // Every block merges the same partials in the same order: all agree on L.
     float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
     for (int k = 0; k < splits; ++k) {
-      const float4 q = *cluster.map_shared_rank(&s_part, k);
+      const float4 q = s_parts[k];
       merge(m, d, q.x, q.y);
       zs += q.z, zt += q.w;
     }
@@ -873,9 +912,10 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     s_L = L;
     s_c = !grad ? 0.0f : one.on ? token_scale(p, gr, y, s_n) : token_scale(p, gr, y);
   }
-  // No block may leave while another still reads its partial; the barrier also
-  // gives every thread s_L and s_c.
-  row_sync(cluster, splits);
+  // Every thread needs s_L and s_c. No block reads another's shared memory, and
+  // each has received every push into its own before it gets here, so a block
+  // may leave without waiting for the others.
+  __syncthreads();
   if (grad) {
     T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
     const float c = s_c;

@@ -362,7 +362,7 @@ TEST_CASE("the ce space splits rows into 2…64 segments and tiles; fused rows i
   for (const auto& cand : enumerate(ce_space(p), p, SpaceLimits{})) CHECK(cand.config.v_chunk == 0);
 }
 
-TEST_CASE("the ce device default: rows held in one or two shared-memory segments of at most 64 KiB, one launch at few rows") {
+TEST_CASE("the ce device default: rows held in up to four shared-memory segments of at most 64 KiB, one launch at few rows") {
   Problem p;
   p.family = Family::ce, p.hidden = 0, p.dtype = DType::bf16, p.mode = Mode::forward_backward;
   auto yes = [](const KernelConfig&) { return true; };
@@ -377,10 +377,11 @@ TEST_CASE("the ce device default: rows held in one or two shared-memory segments
       // forward+backward: the fewest segments of ≤ 64 KiB (a cluster of 1, 2, 4, 8)
       {32000, 4096, DType::bf16, Mode::forward_backward, 0},
       {50257, 4096, DType::bf16, Mode::forward_backward, 25344},
-      // more than two blocks a row: fused only at a few rows (the one launch)
+      // up to four blocks a row at any N; more (V = 256000) only at a few rows
       {128256, 512, DType::bf16, Mode::forward_backward, 32256},
-      {128256, 513, DType::bf16, Mode::forward_backward, -1},
-      {128256, 32768, DType::fp16, Mode::forward_backward, -1},
+      {128256, 513, DType::bf16, Mode::forward_backward, 32256},
+      {128256, 32768, DType::fp16, Mode::forward_backward, 32256},
+      {50257, 4096, DType::fp32, Mode::forward_backward, 12800},
       {256000, 256, DType::bf16, Mode::forward_backward, 32000},
       {256000, 4096, DType::bf16, Mode::forward_backward, -1},
       {32000, 4096, DType::fp32, Mode::forward_backward, 16128},

@@ -769,25 +769,6 @@ __device__ __forceinline__ void grad_global(const T* row, T* orow, int64_t lo, i
   }
 }
 
-// Forward (and backward) with each row read from device memory once: a
-// thread-block cluster of `splits` blocks shares the row (sm_90; one block when
-// splits = 1), each holding its segment in shared memory, loaded by bulk copies.
-// The blocks push their partials into each other's shared memory (see the
-// exchange above), every block merges them in the same order (so all agree on L
-// bit for bit), then, with `grad`, each writes its segment's dZ from the copy it
-// holds.
-//
-// Registers are what makes this fast: the bytes in flight are the bulk copies',
-// not the threads', so a thread needs only one tile of ELEMS values, and
-// __launch_bounds__(1024) holds it to 64 registers: three or more blocks share an
-// SM, one copying while the others fold or write. (At 124–128 registers, one
-// block an SM, the same schedule ran 1.4–1.95× the floor: docs/results.md.)
-//
-// One launch (`one.on`, a few rows): the whole call in this kernel, since at a few
-// rows three launches cost more than the data. Every block counts the targets
-// itself (so its gradient's scale needs no earlier kernel); the cluster's first
-// block of each row adds the row to a counter after its token loss, and the last
-// row to arrive sums the token losses in a fixed order and resets the counter.
 // The exchange of partials between a row's blocks. cluster.sync() compiles to a
 // GPU-scope fence (MEMBAR.ALL.GPU) before its arrive, which waits for the
 // block's stores to reach the GPU; two of them a block cost the fused kernel
@@ -828,6 +809,25 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
+// Forward (and backward) with each row read from device memory once: a
+// thread-block cluster of `splits` blocks shares the row (sm_90; one block when
+// splits = 1), each holding its segment in shared memory, loaded by bulk copies.
+// The blocks push their partials into each other's shared memory (see the
+// exchange above), every block merges them in the same order (so all agree on L
+// bit for bit), then, with `grad`, each writes its segment's dZ from the copy it
+// holds.
+//
+// Registers are what makes this fast: the bytes in flight are the bulk copies',
+// not the threads', so a thread needs only one tile of ELEMS values, and
+// __launch_bounds__(1024) holds it to 64 registers: three or more blocks share an
+// SM, one copying while the others fold or write. (At 124–128 registers, one
+// block an SM, the same schedule ran 1.4–1.95× the floor: docs/results.md.)
+//
+// One launch (`one.on`, a few rows): the whole call in this kernel, since at a few
+// rows three launches cost more than the data. Every block counts the targets
+// itself (so its gradient's scale needs no earlier kernel); the cluster's first
+// block of each row adds the row to a counter after its token loss, and the last
+// row to arrive sums the token losses in a fixed order and resets the counter.
 template <typename T, int ELEMS>
 __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p, int64_t seg, int splits, float* lse,
                                                        float* token_loss, int64_t cache_elems, bool grad, OneLaunch one) {

@@ -187,7 +187,7 @@ Action register_bench(CLI::App& app) {
         ce_skip_said = true;
       }
       // An flce problem's rows allocate and free gigabytes. After them, on an
-      // H100 and an H200, the same copies ran 10-13% slower, and the ce kernels
+      // H100 and an H200, the same copies ran up to 14% slower, and the ce kernels
       // 0-30% slower than in a fresh process, from one run to the next, and the
       // state lasted into the next problem (gpu-pack/r15-r17.sh). So the copies
       // are measured again after the flce rows, and the floor is the fastest

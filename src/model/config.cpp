@@ -132,9 +132,9 @@ KernelConfig ce_default(const Problem& p, KernelConfig c) {
   int64_t splits = 1;
   while (p.tokens * splits < kBlocks && p.vocab / (splits * 2) >= kMinSegment) splits *= 2;
   if (splits > 1) c.v_chunk = ce_segment(p.vocab, splits);
-  const bool narrow = p.dtype != DType::fp32 && p.vocab <= kNarrowRow;
+  const bool half = p.dtype != DType::fp32, narrow = half && p.vocab <= kNarrowRow;
   if (narrow && p.tokens >= kNarrowTokens) c.block_size = 2048, c.threads = 128;
-  if (p.mode == Mode::forward && p.dtype != DType::fp32 && p.vocab <= kMidRow && p.tokens >= kMidTokens &&
+  if (p.mode == Mode::forward && half && p.vocab <= kMidRow && p.tokens >= kMidTokens &&
       (p.tokens < kNarrowTokens || (narrow && p.tokens == kNarrowTokens)))
     c.block_size = 2048, c.threads = 256;
   if (c.block_size > c.v_chunk_for(p)) c.block_size = 1024;  // a vocabulary under the tile

@@ -871,11 +871,15 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
   ThreadStats t;
   fold_global<T, ELEMS>(row, 0, b0, v0, p, t);        // before the boundary
   fold_global<T, ELEMS>(row, b1, g.cols, v0, p, t);  // beyond shared memory
+  // The loops over shared memory count in 32 bits (the span is at most what
+  // shared memory holds): with 64-bit indices each tile of 8 elements carried
+  // ~25 instructions of index and address arithmetic, a third of the loop.
+  const int n_held = static_cast<int>(b1 - b0), step = static_cast<int>(block), first_i = static_cast<int>(mine);
   for (int k = 0; k < kPieces; ++k) {
-    const int64_t lo = k * piece, hi = min(b1 - b0, lo + piece);
+    const int lo = k * static_cast<int>(piece), hi = min(n_held, lo + static_cast<int>(piece));
     if (lo >= hi) break;
     bar_wait(&bars[k], 0);
-    for (int64_t i = lo + mine; i < hi; i += block) {
+    for (int i = lo + first_i; i < hi; i += step) {
       float x[ELEMS];
       // Whole tiles with a constant count, so fold_tile compiles without its
       // per-element masks (a third of the loop's instructions).
@@ -924,9 +928,9 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     grad_global<T, ELEMS>(row, orow, b1, g.cols, op, c);
     const bool wide = (reinterpret_cast<uintptr_t>(orow + b0) % 16) == 0;
     const GradOp<T, ELEMS> body(p, s_L, c, v0 + b0, y);
-    for (int64_t i = mine; i < b1 - b0; i += block) {
+    for (int i = first_i; i < n_held; i += step) {
       float x[ELEMS];
-      const int64_t valid = b1 - b0 - i;
+      const int valid = n_held - i;
       if (valid >= ELEMS) {  // whole tiles with a constant count, as in the fold
         Raw<T, ELEMS> r;
         r.load(cache + i);
@@ -937,12 +941,12 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
           out.from_float(x);
           out.store(orow + b0 + i);
         } else {
-          store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
+          store_masked<T, ELEMS>(orow + b0, i, n_held, x);
         }
       } else {
-        load_masked<T, ELEMS>(cache, i, b1 - b0, x);
+        load_masked<T, ELEMS>(cache, i, n_held, x);
         body(i, x, valid);
-        store_masked<T, ELEMS>(orow + b0, i, b1 - b0, x);
+        store_masked<T, ELEMS>(orow + b0, i, n_held, x);
       }
     }
   }

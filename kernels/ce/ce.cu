@@ -158,11 +158,22 @@ struct Raw {
     for (int i = 0; i < kVecs; ++i) *reinterpret_cast<typename A::V*>(p + i * A::kPer) = v[i];
   }
   __device__ __forceinline__ void to_float(float (&x)[ELEMS]) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && ELEMS % 2 == 0) {
+      // A bf16 is the top half of its float: a shift or a mask a value, where
+      // the conversion intrinsic took a PRMT and a shift for the upper one.
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(v);
 #pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      const T* e = reinterpret_cast<const T*>(&v[i]);
+      for (int j = 0; j < ELEMS / 2; ++j) {
+        x[2 * j] = __uint_as_float(w[j] << 16);
+        x[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
+      }
+    } else {
 #pragma unroll
-      for (int q = 0; q < A::kPer; ++q) x[i * A::kPer + q] = Conv<T>::to(e[q]);
+      for (int i = 0; i < kVecs; ++i) {
+        const T* e = reinterpret_cast<const T*>(&v[i]);
+#pragma unroll
+        for (int q = 0; q < A::kPer; ++q) x[i * A::kPer + q] = Conv<T>::to(e[q]);
+      }
     }
   }
   __device__ __forceinline__ void from_float(const float (&x)[ELEMS]) {
@@ -395,13 +406,18 @@ struct GradOp {
       : p(lp), shift(shift_of<T>(L)), cp(c * (1.0f + 2.0f * lp.z_loss * L)),
         c_smooth(c * (lp.label_smoothing / static_cast<float>(lp.vocab))), c_target(c * (1.0f - lp.label_smoothing)),
         v0(v0_), y_local(y - v0_) {}
+  __device__ __forceinline__ bool zero() const { return cp == 0.0f && c_smooth == 0.0f && c_target == 0.0f; }
   __device__ __forceinline__ void operator()(int64_t start, float (&x)[ELEMS], int64_t valid) const {
     // c = 0 (an ignored token): zeros, whatever the logits hold (NaN included).
-    if (cp == 0.0f && c_smooth == 0.0f && c_target == 0.0f) {
+    if (zero()) {
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
       return;
     }
+    nonzero(start, x, valid);
+  }
+  // The gradient where the caller has already taken zero() aside.
+  __device__ __forceinline__ void nonzero(int64_t start, float (&x)[ELEMS], int64_t valid) const {
     add_bias<T, ELEMS>(p, v0 + start, valid, x);
     // The target's index among this thread's elements, or ELEMS when elsewhere.
     // A row's target lies in one thread's elements of one tile: every other tile
@@ -928,26 +944,44 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     grad_global<T, ELEMS>(row, orow, b1, g.cols, op, c);
     const bool wide = (reinterpret_cast<uintptr_t>(orow + b0) % 16) == 0;
     const GradOp<T, ELEMS> body(p, s_L, c, v0 + b0, y);
-    for (int i = first_i; i < n_held; i += step) {
-      float x[ELEMS];
-      const int valid = n_held - i;
-      if (valid >= ELEMS) {  // whole tiles with a constant count, as in the fold
-        Raw<T, ELEMS> r;
-        r.load(cache + i);
-        r.to_float(x);
-        body(i, x, ELEMS);
-        if (wide) {
-          Raw<T, ELEMS> out;
-          out.from_float(x);
-          out.store(orow + b0 + i);
+    // One sweep for an ignored token's zeros and one for the gradient, so the
+    // gradient's loop carries neither the test nor the zeros' registers.
+    auto sweep = [&](auto form) {
+      for (int i = first_i; i < n_held; i += step) {
+        float x[ELEMS];
+        const int valid = n_held - i;
+        if (valid >= ELEMS) {  // whole tiles with a constant count, as in the fold
+          form(i, x, ELEMS, true);
+          if (wide) {
+            Raw<T, ELEMS> out;
+            out.from_float(x);
+            out.store(orow + b0 + i);
+          } else {
+            store_masked<T, ELEMS>(orow + b0, i, n_held, x);
+          }
         } else {
+          form(i, x, valid, false);
           store_masked<T, ELEMS>(orow + b0, i, n_held, x);
         }
-      } else {
-        load_masked<T, ELEMS>(cache, i, n_held, x);
-        body(i, x, valid);
-        store_masked<T, ELEMS>(orow + b0, i, n_held, x);
       }
+    };
+    if (body.zero()) {
+      sweep([](int, float(&x)[ELEMS], int, bool) {
+#pragma unroll
+        for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
+      });
+    } else {
+      sweep([&](int i, float(&x)[ELEMS], int valid, bool whole) {
+        if (whole) {
+          Raw<T, ELEMS> r;
+          r.load(cache + i);
+          r.to_float(x);
+          body.nonzero(i, x, ELEMS);
+        } else {
+          load_masked<T, ELEMS>(cache, i, n_held, x);
+          body.nonzero(i, x, valid);
+        }
+      });
     }
   }
   if (one.on && first) finish_call(v, p, token_loss, s_n, one);

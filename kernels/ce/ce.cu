@@ -251,13 +251,11 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
 #pragma unroll
     for (int k = 0; k < ELEMS; ++k) x[k] = softcap_fast(x[k], s, inv_s);
   }
-  // The max and the sum start from the first element rather than from −inf and
-  // 0: one instruction fewer each on a tile.
   float lm = kNegInf;
 #pragma unroll
   for (int k = 0; k < ELEMS; ++k) {
     if (k < valid)
-      lm = k == 0 ? x[0] : max_nan(lm, x[k]);
+      lm = max_nan(lm, x[k]);
     else
       x[k] = kNegInf;  // softcap made the masked −inf finite again
   }
@@ -269,9 +267,9 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
   const float nm = max_nan(tm, lm);
   if (nm == kNegInf) return;
   const float shift = shift_of<T>(nm);
-  float acc = exp_shifted<T>(x[0], shift);
+  float acc = 0.0f;
 #pragma unroll
-  for (int k = 1; k < ELEMS; ++k) acc += exp_shifted<T>(x[k], shift);  // masked: exp(−inf) = 0
+  for (int k = 0; k < ELEMS; ++k) acc += exp_shifted<T>(x[k], shift);  // masked: exp(−inf) = 0
   td = td * exp_shifted<float>(tm, nm) + acc;
   tm = nm;
 }

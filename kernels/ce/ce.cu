@@ -416,9 +416,12 @@ struct GradOp {
     }
     nonzero(start, x, valid);
   }
-  // The gradient where the caller has already taken zero() aside.
+  // The gradient where the caller has already taken zero() aside; kBias = false
+  // where it has also taken aside a bias (whose address the loop would otherwise
+  // form, and its pointer reload, on every tile).
+  template <bool kBias = true>
   __device__ __forceinline__ void nonzero(int64_t start, float (&x)[ELEMS], int64_t valid) const {
-    add_bias<T, ELEMS>(p, v0 + start, valid, x);
+    if constexpr (kBias) add_bias<T, ELEMS>(p, v0 + start, valid, x);
     // The target's index among this thread's elements, or ELEMS when elsewhere.
     // A row's target lies in one thread's elements of one tile: every other tile
     // takes the form without the per-element test (two instructions an element
@@ -972,17 +975,24 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
         for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
       });
     } else {
-      sweep([&](int i, float(&x)[ELEMS], int valid, bool whole) {
-        if (whole) {
-          Raw<T, ELEMS> r;
-          r.load(cache + i);
-          r.to_float(x);
-          body.nonzero(i, x, ELEMS);
-        } else {
-          load_masked<T, ELEMS>(cache, i, n_held, x);
-          body.nonzero(i, x, valid);
-        }
-      });
+      auto gradient = [&](auto bias) {
+        constexpr bool kBias = decltype(bias)::value;
+        sweep([&](int i, float(&x)[ELEMS], int valid, bool whole) {
+          if (whole) {
+            Raw<T, ELEMS> r;
+            r.load(cache + i);
+            r.to_float(x);
+            body.template nonzero<kBias>(i, x, ELEMS);
+          } else {
+            load_masked<T, ELEMS>(cache, i, n_held, x);
+            body.template nonzero<kBias>(i, x, valid);
+          }
+        });
+      };
+      if (p.bias)
+        gradient(std::true_type{});
+      else
+        gradient(std::false_type{});
     }
   }
   if (one.on && first) finish_call(v, p, token_loss, s_n, one);

@@ -27,15 +27,12 @@ std::optional<KernelConfig> ce_fused_default(const Problem& p) {
   // Forward+backward holds the row: past kSegBytes a block an SM (fp32 at V =
   // 256000) is slower than reading the row twice. Forward only needs the launch.
   if (bwd && seg_of(splits) * bytes > kSegBytes) return std::nullopt;
-  // Past four blocks a row (V = 256000 in bf16) the second read costs less than
-  // holding the row once the rows fill the GPU: on the H200 eight blocks a row
-  // ran 1.580 / 12.49 ms against 1.567 / 12.08 in two passes (N = 4096 /
-  // 32768), though the H100 ran them 13-15% faster fused. Up to four blocks
-  // fused led on both since the blocks push their partials instead of crossing
-  // two cluster barriers: V = 128256 0.761 / 5.963 ms against 0.819 / 6.194 on
-  // the H200, 0.818 / 6.419 against 1.106 / 8.491 on the H100 (docs/results.md,
-  // twenty-eighth session). At a few rows (the one launch) fused leads at any width.
-  if (bwd && splits > 4 && p.tokens > kCeOneLaunchTokens) return std::nullopt;
+  // Held on chip, the row is read once. Eight blocks a row (V = 256000 in bf16)
+  // once lost to two passes on the H200 (1.580 / 12.49 ms against 1.567 / 12.08
+  // at N = 4096 / 32768); since the blocks push their partials and the kernel
+  // counts its shared-memory loops in 32 bits, fused leads on both GPUs: on the
+  // H200 1.334 / 10.51 ms against 1.568 / 12.07, and the H100 ran it 13-15%
+  // faster even before (docs/results.md, thirtieth session).
   while (splits < kCeMaxClusterBlocks && p.tokens * splits < kBlocks && seg_of(splits + 1) >= kMinSegment) ++splits;
   KernelConfig c = default_config(p);
   c.fused = true;

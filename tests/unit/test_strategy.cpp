@@ -377,13 +377,14 @@ TEST_CASE("the ce device default: rows held in up to four shared-memory segments
       // forward+backward: the fewest segments of ≤ 64 KiB (a cluster of 1, 2, 4, 8)
       {32000, 4096, DType::bf16, Mode::forward_backward, 0},
       {50257, 4096, DType::bf16, Mode::forward_backward, 25344},
-      // up to four blocks a row at any N; more (V = 256000) only at a few rows
+      // up to eight blocks a row (V = 256000 in 16 bits) at any N
       {128256, 512, DType::bf16, Mode::forward_backward, 32256},
       {128256, 513, DType::bf16, Mode::forward_backward, 32256},
       {128256, 32768, DType::fp16, Mode::forward_backward, 32256},
       {50257, 4096, DType::fp32, Mode::forward_backward, 12800},
       {256000, 256, DType::bf16, Mode::forward_backward, 32000},
-      {256000, 4096, DType::bf16, Mode::forward_backward, -1},
+      {256000, 4096, DType::bf16, Mode::forward_backward, 32000},
+      {256000, 32768, DType::fp16, Mode::forward_backward, 32000},
       {32000, 4096, DType::fp32, Mode::forward_backward, 16128},
       {256000, 4096, DType::fp32, Mode::forward_backward, -1},  // 125 KiB a block: read twice instead
       // up to 16 rows: spread over the GPU, one tile of 2048 a block, or of

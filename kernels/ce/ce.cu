@@ -241,15 +241,19 @@ __device__ __forceinline__ float exp_shifted(float x, float shift) {
 // the softcap and on label smoothing are taken once per tile, not per element.
 // NaN is not tested here: max_nan carries it into m and d, where the block
 // checks once (block_partial). Σẑ is only needed under label smoothing.
-template <typename T, int ELEMS>
+// kPlain: the caller has found no bias, softcap or label smoothing, so the tile
+// skips their tests and the bias's address (see plain_logits).
+template <typename T, int ELEMS, bool kPlain = false>
 __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int64_t valid, float (&x)[ELEMS], float& tm,
                                           float& td, float& tzs) {
-  add_bias<T, ELEMS>(p, col, valid, x);
-  const float s = p.softcap;
-  if (s > 0.0f) {
-    const float inv_s = 1.0f / s;
+  if constexpr (!kPlain) {
+    add_bias<T, ELEMS>(p, col, valid, x);
+    const float s = p.softcap;
+    if (s > 0.0f) {
+      const float inv_s = 1.0f / s;
 #pragma unroll
-    for (int k = 0; k < ELEMS; ++k) x[k] = softcap_fast(x[k], s, inv_s);
+      for (int k = 0; k < ELEMS; ++k) x[k] = softcap_fast(x[k], s, inv_s);
+    }
   }
   float lm = kNegInf;
 #pragma unroll
@@ -259,7 +263,7 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
     else
       x[k] = kNegInf;  // softcap made the masked −inf finite again
   }
-  if (p.label_smoothing > 0.0f) {
+  if (!kPlain && p.label_smoothing > 0.0f) {
 #pragma unroll
     for (int k = 0; k < ELEMS; ++k)
       if (k < valid) tzs += x[k];
@@ -272,6 +276,12 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
   for (int k = 0; k < ELEMS; ++k) acc += exp_shifted<T>(x[k], shift);  // masked: exp(−inf) = 0
   td = td * exp_shifted<float>(tm, nm) + acc;
   tm = nm;
+}
+
+// Logits that the fold takes as they are: no bias, no softcap, no label
+// smoothing (the common case, and the one fold_tile<…, true> compiles for).
+__device__ __forceinline__ bool plain_logits(const LossParams& p) {
+  return p.bias == nullptr && !(p.softcap > 0.0f) && !(p.label_smoothing > 0.0f);
 }
 
 // One thread's running statistics.
@@ -419,7 +429,9 @@ struct GradOp {
   // The gradient where the caller has already taken zero() aside; kBias = false
   // where it has also taken aside a bias (whose address the loop would otherwise
   // form, and its pointer reload, on every tile).
-  template <bool kBias = true>
+  // kSoftcap = false where the caller has found no softcap (its test, on every
+  // tile, goes too).
+  template <bool kBias = true, bool kSoftcap = true>
   __device__ __forceinline__ void nonzero(int64_t start, float (&x)[ELEMS], int64_t valid) const {
     if constexpr (kBias) add_bias<T, ELEMS>(p, v0 + start, valid, x);
     // The target's index among this thread's elements, or ELEMS when elsewhere.
@@ -428,15 +440,15 @@ struct GradOp {
     // of about seven; the ce kernels are bound by instruction issue on the H200).
     const uint64_t yk = static_cast<uint64_t>(y_local - start);
     if (yk < static_cast<uint64_t>(ELEMS))
-      form<true>(x, static_cast<int>(yk));
+      form<true, kSoftcap>(x, static_cast<int>(yk));
     else
-      form<false>(x, ELEMS);
+      form<false, kSoftcap>(x, ELEMS);
   }
-  template <bool kTarget>
+  template <bool kTarget, bool kSoftcap = true>
   __device__ __forceinline__ void form(float (&x)[ELEMS], int ty) const {
     auto offset = [&](int k) { return kTarget && k == ty ? -c_smooth - c_target : -c_smooth; };
     const float s = p.softcap;
-    if (s > 0.0f) {
+    if (kSoftcap && s > 0.0f) {
       const float inv_s = 1.0f / s;
 #pragma unroll
       for (int k = 0; k < ELEMS; ++k) {
@@ -895,25 +907,35 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
   // shared memory holds): with 64-bit indices each tile of 8 elements carried
   // ~25 instructions of index and address arithmetic, a third of the loop.
   const int n_held = static_cast<int>(b1 - b0), step = static_cast<int>(block), first_i = static_cast<int>(mine);
-  for (int k = 0; k < kPieces; ++k) {
-    const int lo = k * static_cast<int>(piece), hi = min(n_held, lo + static_cast<int>(piece));
-    if (lo >= hi) break;
-    bar_wait(&bars[k], 0);
-    for (int i = lo + first_i; i < hi; i += step) {
-      float x[ELEMS];
-      // Whole tiles with a constant count, so fold_tile compiles without its
-      // per-element masks (a third of the loop's instructions).
-      if (i + ELEMS <= hi) {
-        Raw<T, ELEMS> r;
-        r.load(cache + i);
-        r.to_float(x);
-        fold_tile<T, ELEMS>(p, v0 + b0 + i, ELEMS, x, t.m, t.d, t.zs);
-      } else {
-        load_masked<T, ELEMS>(cache, i, hi, x);
-        fold_tile<T, ELEMS>(p, v0 + b0 + i, hi - i, x, t.m, t.d, t.zs);
+  // Plain logits take a fold without the per-tile tests for bias, softcap and
+  // label smoothing and without the bias's address: ~10 of its ~70 instructions
+  // a tile.
+  auto fold_held = [&](auto plain) {
+    constexpr bool kPlain = decltype(plain)::value;
+    for (int k = 0; k < kPieces; ++k) {
+      const int lo = k * static_cast<int>(piece), hi = min(n_held, lo + static_cast<int>(piece));
+      if (lo >= hi) break;
+      bar_wait(&bars[k], 0);
+      for (int i = lo + first_i; i < hi; i += step) {
+        float x[ELEMS];
+        // Whole tiles with a constant count, so fold_tile compiles without its
+        // per-element masks (a third of the loop's instructions).
+        if (i + ELEMS <= hi) {
+          Raw<T, ELEMS> r;
+          r.load(cache + i);
+          r.to_float(x);
+          fold_tile<T, ELEMS, kPlain>(p, v0 + b0 + i, ELEMS, x, t.m, t.d, t.zs);
+        } else {
+          load_masked<T, ELEMS>(cache, i, hi, x);
+          fold_tile<T, ELEMS, kPlain>(p, v0 + b0 + i, hi - i, x, t.m, t.d, t.zs);
+        }
       }
     }
-  }
+  };
+  if (plain_logits(p))
+    fold_held(std::true_type{});
+  else
+    fold_held(std::false_type{});
   const Partial s = block_partial(t);
   if (splits > 1) cluster_wait();  // every block of the row has its s_xbar
   const uint32_t rank = cluster.block_rank();  // read here: the fold has no register to spare
@@ -975,24 +997,26 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
         for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
       });
     } else {
-      auto gradient = [&](auto bias) {
-        constexpr bool kBias = decltype(bias)::value;
+      auto gradient = [&](auto bias, auto softcap) {
+        constexpr bool kBias = decltype(bias)::value, kSoftcap = decltype(softcap)::value;
         sweep([&](int i, float(&x)[ELEMS], int valid, bool whole) {
           if (whole) {
             Raw<T, ELEMS> r;
             r.load(cache + i);
             r.to_float(x);
-            body.template nonzero<kBias>(i, x, ELEMS);
+            body.template nonzero<kBias, kSoftcap>(i, x, ELEMS);
           } else {
             load_masked<T, ELEMS>(cache, i, n_held, x);
-            body.template nonzero<kBias>(i, x, valid);
+            body.template nonzero<kBias, kSoftcap>(i, x, valid);
           }
         });
       };
       if (p.bias)
-        gradient(std::true_type{});
+        gradient(std::true_type{}, std::true_type{});
+      else if (p.softcap > 0.0f)
+        gradient(std::false_type{}, std::true_type{});
       else
-        gradient(std::false_type{});
+        gradient(std::false_type{}, std::false_type{});
     }
   }
   if (one.on && first) finish_call(v, p, token_loss, s_n, one);

@@ -64,6 +64,15 @@ class Stmt {
   // as 0 ms and won every comparison). NULL reads as 0, as the nullable columns
   // (a failed measurement's timings) expect.
   int64_t i64(int c) const { return numeric(c), sqlite3_column_int64(st_, c); }
+  // A column read into an int: past its range is damage too (sm_count
+  // 4294967297 was read as 1, passed the ≥ 1 check and was exported and merged).
+  int i32(int c) const {
+    const int64_t v = i64(c);
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+      fail_env("database " + path_ + ": column " + (sqlite3_column_name(st_, c) ? sqlite3_column_name(st_, c) : "?") +
+               " holds " + std::to_string(v) + ", out of range: the database is damaged");
+    return static_cast<int>(v);
+  }
   double f64(int c) const { return numeric(c), sqlite3_column_double(st_, c); }
   std::string text(int c) const {
     const auto* t = sqlite3_column_text(st_, c);
@@ -112,7 +121,7 @@ DeviceInfo read_device(const Stmt& s, int c0) {
   DeviceInfo d;
   d.name = s.text(c0);
   d.arch = s.text(c0 + 1);
-  d.sm_count = static_cast<int>(s.i64(c0 + 2));
+  d.sm_count = s.i32(c0 + 2);
   d.memory_bytes = s.i64(c0 + 3);
   d.driver = s.text(c0 + 4);
   d.runtime = s.text(c0 + 5);
@@ -336,7 +345,7 @@ void Store::migrate() {
   int version = 0;
   {
     Stmt s(db_, path_, "PRAGMA user_version");  // also the first read: a non-database fails here
-    if (s.step()) version = static_cast<int>(s.i64(0));
+    if (s.step()) version = s.i32(0);
   }
   if (version > kSchemaVersion)
     fail_env("database " + path_ + " has schema version " + std::to_string(version) +
@@ -375,7 +384,7 @@ void Store::migrate() {
   write([&] {
     int v = 0;
     Stmt s(db_, path_, "PRAGMA user_version");
-    if (s.step()) v = static_cast<int>(s.i64(0));
+    if (s.step()) v = s.i32(0);
     if (v == 0) {  // migration 0 → 1: the initial schema
       bool empty = true;
       Stmt t(db_, path_, "SELECT count(*) FROM sqlite_master");
@@ -580,10 +589,27 @@ BestEntry read_best(const Stmt& s, const std::string& path) {
 }
 }  // namespace
 
+namespace {
+// The readers join each row to its device, problem and config, so a row whose
+// parent was deleted (foreign keys off, another tool) vanished from list, export
+// and merge without a word; it is damage, exit 3.
+void check_references(sqlite3* db, const std::string& path) {
+  Stmt s(db, path, "PRAGMA foreign_key_check");
+  if (s.step())
+    fail_env("database " + path + ": a row of table " + s.text(0) + " refers to a missing row of " + s.text(2) +
+             ": the database is damaged");
+}
+
+// Rows in an order that depends on what they hold, never on row ids, so the same
+// content exports the same bytes whatever order it was imported in.
+constexpr const char* kDeviceOrder =
+    "d.name, d.arch, d.sm_count, d.memory_bytes, d.driver, d.runtime, d.cublaslt, d.cublaslt_version";
+}  // namespace
+
 std::vector<BestEntry> Store::best_entries() const {
+  check_references(db_, path_);
   std::vector<BestEntry> out;
-  Stmt s(db_, path_,
-         (std::string("SELECT ") + kDeviceCols + kBestSelect + "ORDER BY d.name, d.arch, d.driver, d.id, p.key").c_str());
+  Stmt s(db_, path_, (std::string("SELECT ") + kDeviceCols + kBestSelect + "ORDER BY " + kDeviceOrder + ", p.key").c_str());
   while (s.step()) out.push_back(read_best(s, path_));
   return out;
 }
@@ -602,13 +628,14 @@ std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
 }
 
 std::vector<Measurement> Store::measurements() const {
+  check_references(db_, path_);
   std::vector<Measurement> out;
   Stmt s(db_, path_,
          (std::string("SELECT ") + kDeviceCols +
           ", p.key, c.json, m.median_ms, m.p20_ms, m.p80_ms, m.samples, m.spread, m.kernel_hash, m.status, "
           "m.reason, m.clock_start_mhz, m.clock_end_mhz, m.created_at FROM measurements m JOIN devices d ON d.id = "
           "m.device_id JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id "
-          "ORDER BY d.name, d.arch, d.driver, d.id, p.key, c.json, m.kernel_hash")
+          "ORDER BY " + kDeviceOrder + ", p.key, c.json, m.kernel_hash")
              .c_str());
   while (s.step()) {
     Measurement m;

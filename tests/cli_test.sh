@@ -847,5 +847,46 @@ if [ ${#reader[@]} -gt 0 ]; then
 fi
 chmod 755 "$ro" && chmod 700 "$tmp"
 
+# Found probing as a new user (thirtieth session). A NUL byte on a line ended
+# nlohmann's input there: the rest of the line was dropped and import said 0.
+python3 -c "import sys; a=open(sys.argv[1],'rb').readline().rstrip(b'\n'); open(sys.argv[2],'wb').write(a+b'\0GARBAGE{{{\n')" \
+  "$tmp/in.jsonl" "$tmp/nul.jsonl"
+expect 2 "import a line with a NUL byte" -- "$celtune" db --db "$tmp/nul.sqlite" import "$tmp/nul.jsonl"
+contains err "NUL byte" "the NUL byte is named"
+[ ! -e "$tmp/nul.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused import left a database"; }
+# --devices takes CUDA ordinals, each once: "cpu,cpu" went round the CPU-work
+# guard, and two workers on one device time each other.
+expect 2 "tune --devices cpu,cpu" -- "$celtune" tune --devices cpu,cpu --shape 8,16,200 --db "$tmp/dev.sqlite"
+expect 2 "tune --devices 0,0" -- "$celtune" tune --devices 0,0 --shape 8,16,200 --db "$tmp/dev.sqlite"
+contains err "twice" "a repeated device is named"
+# A fresh account: import makes the per-user database's folder, as tune does; a
+# named path's missing folder is said plainly.
+expect 0 "import on a fresh account" -- env -u CELTUNE_DB -u XDG_DATA_HOME HOME="$tmp/fresh" "$celtune" db import "$tmp/in.jsonl"
+[ -f "$tmp/fresh/.local/share/celtune/celtune.sqlite" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: import on a fresh account made no database"; }
+expect 3 "import into a missing folder" -- "$celtune" db --db "$tmp/nodir/x.sqlite" import "$tmp/in.jsonl"
+contains err "does not exist" "the missing folder is named"
+expect 3 "merge into a missing folder" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/nodir/m.sqlite"
+# Damage the readers used to pass on: an int column past its range (sm_count
+# 4294967297 read as 1) and rows whose device was deleted (dropped by the joins).
+cp "$tmp/a.sqlite" "$tmp/sm.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('UPDATE devices SET sm_count=4294967297'); c.commit()" "$tmp/sm.sqlite"
+expect 3 "export a database with sm_count past int" -- "$celtune" db --db "$tmp/sm.sqlite" export
+contains err "out of range" "the damaged column is named"
+cp "$tmp/a.sqlite" "$tmp/orphan.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA foreign_keys=OFF'); c.execute('DELETE FROM devices'); c.commit()" "$tmp/orphan.sqlite"
+expect 3 "list a database with orphaned rows" -- "$celtune" db --db "$tmp/orphan.sqlite" list
+contains err "refers to a missing row" "the orphaned rows are reported"
+expect 3 "merge a database with orphaned rows" -- "$celtune" db merge "$tmp/orphan.sqlite" "$tmp/b.sqlite" -o "$tmp/om.sqlite"
+[ ! -e "$tmp/om.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused merge left a database"; }
+# The same rows export the same bytes whatever order they were imported in.
+expect 0 "import a then b" -- "$celtune" db --db "$tmp/ab.sqlite" import "$tmp/in.jsonl"
+sed 's/"memory_bytes":85899345920/"memory_bytes":85899345921/' "$tmp/in.jsonl" >"$tmp/in2.jsonl"
+"$celtune" db --db "$tmp/ab.sqlite" import "$tmp/in2.jsonl" >/dev/null
+"$celtune" db --db "$tmp/ba.sqlite" import "$tmp/in2.jsonl" >/dev/null
+"$celtune" db --db "$tmp/ba.sqlite" import "$tmp/in.jsonl" >/dev/null
+cmp -s <("$celtune" db --db "$tmp/ab.sqlite" export) <("$celtune" db --db "$tmp/ba.sqlite" export) && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: export order depends on import order"; }
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

@@ -41,6 +41,28 @@ void require_database(const std::string& path) {
   if (!there) fail_env("database " + path + " does not exist");
 }
 
+void require_db_folder(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+    fail_env("cannot create database " + path + ": its folder " + parent.string() + " does not exist");
+}
+
+std::string writable_db_path(const std::string& named) {
+  const char* env_db = std::getenv("CELTUNE_DB");
+  const std::string path = named.empty() ? default_db_path() : named;
+  if (!named.empty() || (env_db && *env_db)) {
+    require_db_folder(path);
+    return path;
+  }
+  // A bare file name has no folder to make (create_directories("") threw).
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty() && !std::filesystem::create_directories(parent, ec) && ec)
+    fail_env("cannot create the database folder " + parent.string() + ": " + ec.message());
+  return path;
+}
+
 namespace {
 
 struct DbArgs {
@@ -180,7 +202,7 @@ int do_import(const DbArgs& a) {
     if (!file) fail_env("cannot read " + a.input + ": " + std::strerror(errno));
   }
   std::istream& in = from_stdin ? std::cin : file;
-  const std::string path = db_path(a);
+  db_path(a);  // --db given twice with different files is refused first
   // Every line read and checked before the database is opened: a bad line
   // leaves no new database behind.
   const db::Records records = db::read_jsonl(in);
@@ -189,6 +211,7 @@ int do_import(const DbArgs& a) {
   // keeps the error.
   if (in.bad() || (from_stdin && std::ferror(stdin)))
     fail_env("error reading " + (from_stdin ? std::string("standard input") : a.input) + "; nothing was imported");
+  const std::string path = writable_db_path(a.db.empty() ? a.db_after : a.db);
   offer_and_report(path, records, [&](const db::ImportCounts& n) {
     return n.records() == 0 ? "nothing imported into " + path + ": " + a.input + " holds no records"
                             : "imported " + outcome(n, "the input", path);
@@ -209,6 +232,7 @@ int do_merge(const DbArgs& a) {
   // none is lost; per (device, problem) the fastest best entry wins.
   std::error_code ec;
   const bool out_existed = fs::exists(a.out, ec);
+  if (!out_existed) require_db_folder(a.out);
   std::vector<std::unique_ptr<db::Store>> sources;
   std::vector<const db::Store*> from;
   for (const auto& in : a.merge_inputs) {

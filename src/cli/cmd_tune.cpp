@@ -1,6 +1,7 @@
 // celtune tune: search the config space per device and problem, store the best.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -159,6 +160,11 @@ Action register_tune(CLI::App& app) {
       std::stringstream ss(a->devices + ",");
       for (std::string d; std::getline(ss, d, ',');) {
         if (d.empty()) fail_usage("--devices '" + a->devices + "' has an empty entry");
+        // Workers on one device time each other's kernels, and the CPU guard
+        // below looks at one backend: "cpu,cpu" started days of CPU work.
+        if (d == "cpu") fail_usage("--devices takes CUDA ordinals; tune on the CPU with --device cpu");
+        if (std::find(devices.begin(), devices.end(), d) != devices.end())
+          fail_usage("--devices '" + a->devices + "' names device " + d + " twice");
         devices.push_back(d);
       }
     } else {
@@ -187,17 +193,7 @@ Action register_tune(CLI::App& app) {
       }
       limit_cpu_work(ops, !a->device.empty(), "tuning these problems", "tune", "at least ", a->json);
     }
-    const std::string db_path = a->db.empty() ? default_db_path() : a->db;
-    // Only the per-user default's folder is made on first use. A path the user
-    // named ($CELTUNE_DB as much as --db) must already have its folder; a bare
-    // file name has none to make (create_directories("") threw).
-    const char* env_db = std::getenv("CELTUNE_DB");
-    if (a->db.empty() && !(env_db && *env_db)) {
-      const auto parent = std::filesystem::path(db_path).parent_path();
-      std::error_code ec;
-      if (!parent.empty() && !std::filesystem::create_directories(parent, ec) && ec)
-        fail_env("cannot create the database folder " + parent.string() + ": " + ec.message());
-    }
+    const std::string db_path = writable_db_path(a->db);
     // Fail early (exit 3) on an unusable database; the priors first, so that a
     // mistyped --prior leaves no new database behind.
     for (const auto& prior : a->priors) {

@@ -27,5 +27,13 @@ std::string default_db_path();
 // Fails (exit 3) unless the database file at `path` exists and can be reached;
 // for readers, which must not create one.
 void require_database(const std::string& path);
+// The database a writer opens (tune, db import): `named` (--db), else
+// default_db_path(). The per-user default's folder is made on first use; a path
+// the user named ($CELTUNE_DB as much as --db) must already have its folder, and
+// Error(environment) says so when it has not.
+std::string writable_db_path(const std::string& named);
+// Error(environment) naming the folder when the folder `path` would be created in
+// does not exist (SQLite only said "unable to open database file").
+void require_db_folder(const std::string& path);
 
 }  // namespace celtune::cli

@@ -35,7 +35,10 @@ T json_int(const nlohmann::json& j, const char* key) {
 // JSON text from outside, parsed with one more check than nlohmann's: a key that
 // appears twice in one object is Error(usage), where nlohmann keeps the last and
 // a hand-edited record or config would silently mean something else.
+// A NUL byte is refused too: nlohmann's lexer takes it for the end of input, so
+// whatever followed it on an imported line was silently dropped.
 inline nlohmann::json parse_json_strict(const std::string& text) {
+  if (text.find('\0') != std::string::npos) fail_usage("a NUL byte in JSON text");
   std::vector<std::set<std::string>> open;  // the keys seen, per enclosing object
   return nlohmann::json::parse(text, [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
     using E = nlohmann::json::parse_event_t;

@@ -793,6 +793,18 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
   // threads): a row from an sm_90 device with 0 SMs imported.
   if (d.sm_count < 1) fail_usage("device sm_count must be ≥ 1, got " + std::to_string(d.sm_count));
   if (d.memory_bytes < 0 || d.cublaslt_version < 0) fail_usage("device memory_bytes and cublaslt_version must be ≥ 0");
+  // The device row is keyed by the version text, not the number (the runtime
+  // compares pinned GEMM algorithms against the number): they must agree, or the
+  // first record's number silently stood for every later one's. The backend
+  // writes the text from the number as major.minor.patch (130100: 13.1.0).
+  if (d.cublaslt_version > 0) {
+    const int64_t v = d.cublaslt_version;
+    const std::string text =
+        std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+    if (d.cublaslt != text)
+      fail_usage("device cublaslt '" + d.cublaslt.substr(0, 64) + "' does not match cublaslt_version " +
+                 std::to_string(v) + " (" + text + ")");
+  }
   const std::string& t = created_at;
   auto digits = [&](size_t at, size_t n) {
     for (size_t i = at; i < at + n; ++i)

@@ -879,6 +879,11 @@ expect 3 "list a database with orphaned rows" -- "$celtune" db --db "$tmp/orphan
 contains err "refers to a missing row" "the orphaned rows are reported"
 expect 3 "merge a database with orphaned rows" -- "$celtune" db merge "$tmp/orphan.sqlite" "$tmp/b.sqlite" -o "$tmp/om.sqlite"
 [ ! -e "$tmp/om.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused merge left a database"; }
+# The version text and number must agree: the device row is keyed by the text,
+# so a record's number 999 stood for every later record of that device.
+sed 's/"cublaslt_version":130000/"cublaslt_version":999/' "$tmp/in.jsonl" >"$tmp/ver.jsonl"
+expect 2 "import a cublaslt version that contradicts its text" -- "$celtune" db --db "$tmp/ver.sqlite" import "$tmp/ver.jsonl"
+contains err "does not match cublaslt_version" "the contradiction is named"
 # The same rows export the same bytes whatever order they were imported in.
 expect 0 "import a then b" -- "$celtune" db --db "$tmp/ab.sqlite" import "$tmp/in.jsonl"
 sed 's/"memory_bytes":85899345920/"memory_bytes":85899345921/' "$tmp/in.jsonl" >"$tmp/in2.jsonl"

@@ -51,7 +51,7 @@ class SyntheticGpu : public Backend {
   SyntheticGpu() : cpu_(cpu::make_backend()) {
     info_ = cpu_->device();
     info_.name = "synthetic GPU";
-    info_.cublaslt_version = 130100;
+    info_.cublaslt = "13.1.0", info_.cublaslt_version = 130100;
   }
   const DeviceInfo& device() const override { return info_; }
   void check(const Problem& p, const KernelConfig& c) const override { cpu_->check(p, c); }

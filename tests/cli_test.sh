@@ -219,6 +219,10 @@ expect 0 "tune with a --prior holding a config the rules refuse" -- "$celtune" t
 contains err "badcfg.sqlite: the best config stored for" "tune names the prior database holding the row"
 expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
 test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
+# A refused report takes away the output folder it made (an empty one stayed).
+expect 2 "report of a problem not in the database" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/norep" \
+  --problem "flce:N48:H16:V701:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwd"
+[ ! -e "$tmp/norep" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused report left its folder"; }
 # A second report into the folder leaves no plot of the first behind.
 echo '<svg/>' >"$tmp/report/vchunk-99.svg" && echo keep >"$tmp/report/notes.txt"
 expect 0 "report again, one problem" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report" \
@@ -233,6 +237,7 @@ contains err "is not a regular file; the folder is unchanged" "report says why a
   passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed report changed the folder"; ls -la "$tmp/half"; }
 expect 3 "report of a missing database" -- "$celtune" report --db "$tmp/nothing.sqlite" -o "$tmp/report2"
 expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
+expect 3 "lookup --db a missing file" -- "$celtune" lookup --device cpu --db "$tmp/absent.sqlite" --shape 8,16,50
 test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }
 head -c 5000 /dev/urandom >"$tmp/junk.sqlite"
 cp "$tmp/junk.sqlite" "$tmp/junk.copy"

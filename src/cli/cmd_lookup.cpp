@@ -42,6 +42,12 @@ Action register_lookup(CLI::App& app) {
     // The runtime warns and falls back on a malformed CELTUNE_BUSY_TIMEOUT_MS (a
     // training job must not stop for it); the CLI refuses it, exit 2.
     db::busy_timeout_ms();
+    // So does a --db it names that is missing or damaged (a typo answered with the
+    // built-in default and exit 0); the databases it only finds stay warnings.
+    if (!a->db.empty()) {
+      require_database(a->db);
+      db::Store check(a->db, db::Access::read_only);
+    }
     runtime::Resolver resolver(runtime::find_databases(a->db), dev, kKernelSourceHash, std::cerr,
                                runtime::backend_checks(backend));
     std::string dbs;

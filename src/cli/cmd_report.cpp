@@ -46,9 +46,20 @@ Action register_report(CLI::App& app) {
     require_database(path);
     db::Store s(path, db::Access::read_only);
     std::error_code ec;
+    const bool out_existed = std::filesystem::exists(a->out, ec);
     std::filesystem::create_directories(a->out, ec);
     if (ec || !std::filesystem::is_directory(a->out))
       fail_env("cannot use " + a->out + " as the output folder" + (ec ? ": " + ec.message() : ": not a directory"));
+    // A report refused after this point (no such problem, an empty database)
+    // takes away the folder it made, if it is still empty.
+    struct MadeFolder {
+      std::filesystem::path path;
+      bool armed;
+      ~MadeFolder() {
+        std::error_code e;
+        if (armed && std::filesystem::is_empty(path, e) && !e) std::filesystem::remove(path, e);
+      }
+    } made{a->out, !out_existed};
     const auto meas = s.measurements();
     const auto best = s.best_entries();
     // Time against v_chunk: per (device, problem), min over the other parameters.

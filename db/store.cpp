@@ -908,7 +908,22 @@ std::string json_reason(const nlohmann::json::exception& e) {
 Records read_jsonl(std::istream& in) {
   Records r;
   int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
+  // Lines are read with a cap: a record is ~1 KiB, and `import /dev/zero` grew
+  // one line until memory ran out.
+  constexpr size_t kMaxLine = size_t{1} << 20;
+  auto next_line = [&](std::string& line) {
+    line.clear();
+    bool any = false;
+    for (char c; in.get(c);) {
+      any = true;
+      if (c == '\n') break;
+      if (line.size() == kMaxLine)
+        fail_usage("import line " + std::to_string(line_no + 1) + " is longer than 1 MiB; nothing was imported");
+      line.push_back(c);
+    }
+    return any;
+  };
+  for (std::string line; next_line(line);) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {

@@ -859,6 +859,10 @@ python3 -c "import sys; a=open(sys.argv[1],'rb').readline().rstrip(b'\n'); open(
 expect 2 "import a line with a NUL byte" -- "$celtune" db --db "$tmp/nul.sqlite" import "$tmp/nul.jsonl"
 contains err "NUL byte" "the NUL byte is named"
 [ ! -e "$tmp/nul.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused import left a database"; }
+# A line is read with a cap (import /dev/zero grew one line until memory ran out).
+head -c 2000000 /dev/zero | tr '\0' ' ' >"$tmp/long.jsonl"
+expect 2 "import a 2 MB line" -- "$celtune" db --db "$tmp/long.sqlite" import "$tmp/long.jsonl"
+contains err "longer than 1 MiB" "the long line is named"
 # --devices takes CUDA ordinals, each once: "cpu,cpu" went round the CPU-work
 # guard, and two workers on one device time each other.
 expect 2 "tune --devices cpu,cpu" -- "$celtune" tune --devices cpu,cpu --shape 8,16,200 --db "$tmp/dev.sqlite"

@@ -589,17 +589,21 @@ BestEntry read_best(const Stmt& s, const std::string& path) {
 }
 }  // namespace
 
-namespace {
 // The readers join each row to its device, problem and config, so a row whose
 // parent was deleted (foreign keys off, another tool) vanished from list, export
-// and merge without a word; it is damage, exit 3.
-void check_references(sqlite3* db, const std::string& path) {
-  Stmt s(db, path, "PRAGMA foreign_key_check");
+// and merge without a word; it is damage, exit 3. The Store writes only rows
+// whose parents exist, so once per Store is enough (export and merge read both
+// tables).
+void Store::check_references() const {
+  if (references_checked_) return;
+  Stmt s(db_, path_, "PRAGMA foreign_key_check");
   if (s.step())
-    fail_env("database " + path + ": a row of table " + s.text(0) + " refers to a missing row of " + s.text(2) +
+    fail_env("database " + path_ + ": a row of table " + s.text(0) + " refers to a missing row of " + s.text(2) +
              ": the database is damaged");
+  references_checked_ = true;
 }
 
+namespace {
 // Rows in an order that depends on what they hold, never on row ids, so the same
 // content exports the same bytes whatever order it was imported in.
 constexpr const char* kDeviceOrder =
@@ -607,7 +611,7 @@ constexpr const char* kDeviceOrder =
 }  // namespace
 
 std::vector<BestEntry> Store::best_entries() const {
-  check_references(db_, path_);
+  check_references();
   std::vector<BestEntry> out;
   Stmt s(db_, path_, (std::string("SELECT ") + kDeviceCols + kBestSelect + "ORDER BY " + kDeviceOrder + ", p.key").c_str());
   while (s.step()) out.push_back(read_best(s, path_));
@@ -628,7 +632,7 @@ std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
 }
 
 std::vector<Measurement> Store::measurements() const {
-  check_references(db_, path_);
+  check_references();
   std::vector<Measurement> out;
   Stmt s(db_, path_,
          (std::string("SELECT ") + kDeviceCols +

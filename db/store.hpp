@@ -78,11 +78,15 @@ class Store {
   void retry_busy(const std::function<void()>& fn);
   [[noreturn]] void fail_locked() const;
   void commit();  // inside retry_busy: COMMIT, retried alone until the deadline
+  // Error(environment) when a row refers to a missing device, problem or config
+  // row (the readers' joins would drop it without a word); once per Store.
+  void check_references() const;
 
   std::string path_;
   Access access_;
   sqlite3* db_ = nullptr;
   int tx_depth_ = 0;
+  mutable bool references_checked_ = false;
   int busy_ms_;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
 };

@@ -73,10 +73,15 @@ struct DbArgs {
   std::vector<std::string> merge_inputs;
 };
 
-std::string db_path(const DbArgs& a) {
+// The --db given, before or after the verb; "" when neither.
+std::string named_db(const DbArgs& a) {
   if (!a.db.empty() && !a.db_after.empty() && a.db != a.db_after)
     fail_usage("--db given twice with different files: " + a.db + " and " + a.db_after);
-  const std::string& d = a.db.empty() ? a.db_after : a.db;
+  return a.db.empty() ? a.db_after : a.db;
+}
+
+std::string db_path(const DbArgs& a) {
+  const std::string d = named_db(a);
   return d.empty() ? default_db_path() : d;
 }
 
@@ -202,7 +207,7 @@ int do_import(const DbArgs& a) {
     if (!file) fail_env("cannot read " + a.input + ": " + std::strerror(errno));
   }
   std::istream& in = from_stdin ? std::cin : file;
-  db_path(a);  // --db given twice with different files is refused first
+  const std::string named = named_db(a);  // --db given twice with different files is refused first
   // Every line read and checked before the database is opened: a bad line
   // leaves no new database behind.
   const db::Records records = db::read_jsonl(in);
@@ -211,7 +216,7 @@ int do_import(const DbArgs& a) {
   // keeps the error.
   if (in.bad() || (from_stdin && std::ferror(stdin)))
     fail_env("error reading " + (from_stdin ? std::string("standard input") : a.input) + "; nothing was imported");
-  const std::string path = writable_db_path(a.db.empty() ? a.db_after : a.db);
+  const std::string path = writable_db_path(named);
   offer_and_report(path, records, [&](const db::ImportCounts& n) {
     return n.records() == 0 ? "nothing imported into " + path + ": " + a.input + " holds no records"
                             : "imported " + outcome(n, "the input", path);

@@ -412,10 +412,11 @@ struct GradOp {
   const LossParams& p;
   float shift, cp, c_smooth, c_target;  // shift_of<T>(L); c(1+2λL); cε/V; c(1−ε)
   int64_t v0, y_local;                  // the span's first problem column; the target's column in it
+  int y32;                              // y_local where it fits 32 bits and is ≥ 0, else −1 (see nonzero)
   __device__ __forceinline__ GradOp(const LossParams& lp, float L, float c, int64_t v0_, int64_t y)
       : p(lp), shift(shift_of<T>(L)), cp(c * (1.0f + 2.0f * lp.z_loss * L)),
         c_smooth(c * (lp.label_smoothing / static_cast<float>(lp.vocab))), c_target(c * (1.0f - lp.label_smoothing)),
-        v0(v0_), y_local(y - v0_) {}
+        v0(v0_), y_local(y - v0_), y32(y_local >= 0 && y_local <= INT32_MAX ? static_cast<int>(y_local) : -1) {}
   __device__ __forceinline__ bool zero() const { return cp == 0.0f && c_smooth == 0.0f && c_target == 0.0f; }
   __device__ __forceinline__ void operator()(int64_t start, float (&x)[ELEMS], int64_t valid) const {
     // c = 0 (an ignored token): zeros, whatever the logits hold (NaN included).
@@ -431,15 +432,23 @@ struct GradOp {
   // form, and its pointer reload, on every tile).
   // kSoftcap = false where the caller has found no softcap (its test, on every
   // tile, goes too).
-  template <bool kBias = true, bool kSoftcap = true>
-  __device__ __forceinline__ void nonzero(int64_t start, float (&x)[ELEMS], int64_t valid) const {
+  // Start is int64_t, or int where the caller counts in 32 bits (a span held in
+  // shared memory, start ≥ 0): then the target's test takes two instructions
+  // instead of five (y32 = −1 makes y32 − start negative, so never in the tile).
+  template <bool kBias = true, bool kSoftcap = true, typename I = int64_t>
+  __device__ __forceinline__ void nonzero(I start, float (&x)[ELEMS], int64_t valid) const {
     if constexpr (kBias) add_bias<T, ELEMS>(p, v0 + start, valid, x);
     // The target's index among this thread's elements, or ELEMS when elsewhere.
     // A row's target lies in one thread's elements of one tile: every other tile
     // takes the form without the per-element test (two instructions an element
     // of about seven; the ce kernels are bound by instruction issue on the H200).
-    const uint64_t yk = static_cast<uint64_t>(y_local - start);
-    if (yk < static_cast<uint64_t>(ELEMS))
+    using U = std::make_unsigned_t<I>;
+    U yk;
+    if constexpr (std::is_same_v<I, int>)
+      yk = static_cast<U>(y32 - start);
+    else
+      yk = static_cast<U>(y_local - start);
+    if (yk < static_cast<U>(ELEMS))
       form<true, kSoftcap>(x, static_cast<int>(yk));
     else
       form<false, kSoftcap>(x, ELEMS);

@@ -9,16 +9,18 @@
 namespace celtune {
 
 std::optional<KernelConfig> ce_fused_default(const Problem& p) {
-  // Forward gains the launches it saves, at up to kCeOneLaunchTokens rows: on the
-  // H100 (docs/results.md, thirtieth session, r28.sh) the one launch ran 2-23%
-  // faster than the split statistics and their merge at every V <= 128256 up to
-  // 512 rows (V = 50257, N = 128: 0.017 against 0.022 ms; V = 128256, N = 512:
-  // 0.070 against 0.074), but rows of eight blocks (V = 256000 in 16 bits) only
-  // up to 128 rows: at 256 and 512 rows they ran 0.072 / 0.129 ms against 0.067 /
-  // 0.127, since a block waits for its copy before it folds.
-  constexpr int64_t kForwardWideRows = 128;
+  // Forward gains the launches it saves, at up to kCeOneLaunchTokens rows and
+  // kForwardBytes of logits (docs/results.md, thirty-first session, r28.sh, both
+  // GPUs): up to 32 MiB the one launch beat the split statistics and their merge
+  // on the H100 and the H200 alike (V = 50257, N = 128: 0.017 / 0.015 ms against
+  // 0.022 / 0.021), bar a 4% loss on the H200 at 64 rows of V = 256000; past it
+  // the H100 still gained 0-5% but the H200 lost 3-5% (V = 128256, N = 256:
+  // 0.038 against 0.037 ms; V = 256000, N = 128: 0.040 against 0.038), since a
+  // block waits for its copy before it folds.
+  constexpr int64_t kForwardBytes = int64_t{32} << 20;
   const bool bwd = p.mode == Mode::forward_backward;
-  if (!bwd && p.tokens > kCeOneLaunchTokens) return std::nullopt;
+  if (!bwd && (p.tokens > kCeOneLaunchTokens || p.tokens * p.vocab * dtype_bytes(p.dtype) > kForwardBytes))
+    return std::nullopt;
   // Segments held in shared memory: at most kSegBytes, so that three or more
   // blocks share an SM; a few rows split further so that ~kBlocks blocks run.
   constexpr int64_t kSegBytes = 64 * 1024, kBlocks = 256, kMinSegment = 4096;
@@ -29,7 +31,6 @@ std::optional<KernelConfig> ce_fused_default(const Problem& p) {
   // Forward+backward holds the row: past kSegBytes a block an SM (fp32 at V =
   // 256000) is slower than reading the row twice. Forward only needs the launch.
   if (bwd && seg_of(splits) * bytes > kSegBytes) return std::nullopt;
-  if (!bwd && splits > 4 && p.tokens > kForwardWideRows) return std::nullopt;
   // Held on chip, the row is read once. Eight blocks a row (V = 256000 in bf16)
   // once lost to two passes on the H200 (1.580 / 12.49 ms against 1.567 / 12.08
   // at N = 4096 / 32768); since the blocks push their partials and the kernel

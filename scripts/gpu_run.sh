@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] …
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/celtune-out}
@@ -351,6 +351,33 @@ for s in $steps; do
       fi
       rm -f "$OUT/presets.sqlite"*
       grep -E '^flce' "$OUT/presets.txt"
+      ;;
+    ab)
+      # Two staged builds against each other: AB_BASE (default .gpu-old, the
+      # base, staged with `scripts/gpu_stage.sh .gpu-old` at the base commit)
+      # against .gpu, each bench a fresh process, the builds interleaved for
+      # AB_ROUNDS rounds (default 2) so drift over the call reaches both alike.
+      #   AB_CASES   ';'-separated `celtune bench` argument lists (default: ce
+      #              forward and forward+backward at the shapes the ce bars and
+      #              the split-statistics forward turn on)
+      #   AB_RUNS    timed runs a measurement (default 30)
+      base=${AB_BASE:-.gpu-old}
+      if [ ! -x "$base/celtune" ]; then note "ab: no staged base at $base"; continue; fi
+      IFS=';' read -r -a cases <<<"${AB_CASES:---family ce --mode fwd --shape 1024,0,32000;--family ce --mode fwd --shape 512,0,50257;--family ce --mode fwd --shape 1024,0,50257;--family ce --mode fwd --shape 512,0,128256;--family ce --mode fwd --shape 1024,0,32000 --dtype fp16;--family ce --mode fwd,fwdbwd --shape 4096,0,32000;--family ce --mode fwd,fwdbwd --shape 32768,0,32000;--family ce --mode fwd,fwdbwd --shape 2048,0,128256;--family ce --mode fwd,fwdbwd --shape 32768,0,128256;--family ce --mode fwd,fwdbwd --shape 1024,0,256000;--family ce --mode fwd,fwdbwd --shape 32768,0,256000}"
+      t0=$(date +%s)
+      : >"$OUT/ab.csv"
+      for round in $(seq ${AB_ROUNDS:-2}); do
+        for build in "$base" "$B"; do
+          echo "## $(cat $build/REVISION 2>/dev/null | tr '\n' '+' | sed 's/+$//')@$build $round" >>"$OUT/ab.csv"
+          for c in "${cases[@]}"; do
+            # shellcheck disable=SC2086  # each case is a list of arguments
+            LD_LIBRARY_PATH=$PWD/$build/lib $build/celtune bench $c --runs ${AB_RUNS:-30} --csv \
+              >>"$OUT/ab.csv" 2>>"$OUT/ab.err" || note "ab: $build bench $c failed"
+          done
+        done
+      done
+      note "ab: ${#cases[@]} cases x ${AB_ROUNDS:-2} rounds in $(( $(date +%s) - t0 )) s"
+      python3 scripts/ab_summary.py "$OUT/ab.csv" | tee "$OUT/ab.txt"
       ;;
     *) echo "unknown step $s" ;;
   esac

@@ -368,7 +368,7 @@ for s in $steps; do
       : >"$OUT/ab.csv"
       for round in $(seq ${AB_ROUNDS:-2}); do
         for build in "$base" "$B"; do
-          echo "## $(cat $build/REVISION 2>/dev/null | tr '\n' '+' | sed 's/+$//')@$build $round" >>"$OUT/ab.csv"
+          echo "## $(paste -sd '' $build/REVISION 2>/dev/null)@$build $round" >>"$OUT/ab.csv"
           for c in "${cases[@]}"; do
             # shellcheck disable=SC2086  # each case is a list of arguments
             LD_LIBRARY_PATH=$PWD/$build/lib $build/celtune bench $c --runs ${AB_RUNS:-30} --csv \

@@ -134,17 +134,40 @@ TEST_CASE("dW accumulated in bf16 across 16 row chunks stays within tolerance (t
 TEST_CASE("dW accumulated in fp16 across 16 row chunks stays within tolerance") { check_dw_in_dtype(DType::fp16); }
 
 TEST_CASE("a target outside [0, V) is an input error naming the token") {
-  Problem p;
-  p.family = Family::flce, p.tokens = 9, p.hidden = 16, p.vocab = 100, p.dtype = DType::bf16;
-  HostCase in = make_case(p, CaseSpec{.seed = next_seed()});
-  in.targets[6] = 100;
-  try {
-    gpu()->run(p, default_config(p), in);
-    FAIL("no error for target 100 with V = 100");
-  } catch (const Error& e) {
-    CHECK(e.status() == Status::usage);
-    CHECK(std::string(e.what()).find("token 6") != std::string::npos);
-  }
+  // Every place a call counts its targets: flce (before its kernels); ce's split
+  // statistics, its cluster kernel in one launch (a few rows: the kernel counts)
+  // and beyond (count_targets before it); both modes. The bad target is neither
+  // the first nor the last token, and a second one after it is not the one named.
+  struct Path {
+    Family family;
+    int64_t tokens;
+    bool fused;
+  };
+  int runs = 0;
+  for (const Path& path : {Path{Family::flce, 9, false}, Path{Family::ce, 9, false}, Path{Family::ce, 700, false},
+                           Path{Family::ce, 9, true}, Path{Family::ce, 700, true}})
+    for (Mode mode : {Mode::forward_backward, Mode::forward}) {
+      Problem p;
+      p.family = path.family, p.tokens = path.tokens, p.hidden = path.family == Family::flce ? 16 : 0;
+      p.vocab = path.family == Family::flce ? 100 : 5003, p.dtype = DType::bf16, p.mode = mode;
+      HostCase in = make_case(p, CaseSpec{.seed = next_seed()});
+      in.targets[6] = p.vocab;
+      in.targets[static_cast<size_t>(p.tokens - 2)] = -5;
+      KernelConfig c = default_config(p);
+      if (p.family == Family::ce) c.fused = path.fused, c.v_chunk = 0, c.block_size = 2048, c.threads = 256;
+      CAPTURE(p.key());
+      CAPTURE(to_string(c));
+      try {
+        gpu()->run(p, c, in);
+        FAIL("no error for target V at token 6");
+      } catch (const Error& e) {
+        CAPTURE(e.what());
+        CHECK(e.status() == Status::usage);
+        CHECK(std::string(e.what()).find("token 6") != std::string::npos);
+      }
+      ++runs;
+    }
+  CHECK(runs == 10);
 }
 
 TEST_CASE("ce with N·V beyond 2^31 (64-bit indexing): rows past the 2^31st element are right") {

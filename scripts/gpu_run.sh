@@ -363,6 +363,7 @@ for s in $steps; do
       #   AB_RUNS    timed runs a measurement (default 30)
       base=${AB_BASE:-.gpu-old}
       if [ ! -x "$base/celtune" ]; then note "ab: no staged base at $base"; continue; fi
+      [ -d "$base/lib" ] || tar xzf "$base/lib.tgz" -C "$base"  # gpu_stage.sh gzips a base's libraries
       IFS=';' read -r -a cases <<<"${AB_CASES:---family ce --mode fwd --shape 1024,0,32000;--family ce --mode fwd --shape 512,0,50257;--family ce --mode fwd --shape 1024,0,50257;--family ce --mode fwd --shape 512,0,128256;--family ce --mode fwd --shape 1024,0,32000 --dtype fp16;--family ce --mode fwd,fwdbwd --shape 4096,0,32000;--family ce --mode fwd,fwdbwd --shape 32768,0,32000;--family ce --mode fwd,fwdbwd --shape 2048,0,128256;--family ce --mode fwd,fwdbwd --shape 32768,0,128256;--family ce --mode fwd,fwdbwd --shape 1024,0,256000;--family ce --mode fwd,fwdbwd --shape 32768,0,256000}"
       t0=$(date +%s)
       : >"$OUT/ab.csv"

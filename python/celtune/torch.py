@@ -18,6 +18,7 @@ PyTorch gives NaN (0/0), so a batch of padding does not poison training.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import threading
 from typing import Optional
@@ -80,17 +81,54 @@ def _run(fn, index: int, args) -> None:
         fn(ctx, args, torch.cuda.current_stream(index).cuda_stream)
 
 
+def _bad_target_error(target: Tensor, i: int, vocab: int, ignore_index: int) -> CeltuneInvalidArgument:
+    t = int(target.reshape(-1)[i].item())
+    return CeltuneInvalidArgument(f"celtune: target {t} at token {i} is outside [0, {vocab}) "
+                                  f"and is not ignore_index ({ignore_index})")
+
+
 def _raise_bad_target(bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
     # The kernels treat such a target as ignored and report the first one; here
     # it becomes an exception, as F.cross_entropy's is. On a GPU reading the flag
     # synchronises the stream once per call; CELTUNE_CHECK_TARGETS=0 skips it.
+    # `target` and `ignore_index` are the caller's, not _kernel_targets' (the
+    # message names what the caller passed).
     if not _check_targets_enabled():
         return
     i = int(bad.item())
     if i >= 0:
-        t = int(target.reshape(-1)[i].item())
-        raise CeltuneInvalidArgument(f"celtune: target {t} at token {i} is outside [0, {vocab}) "
-                                     f"and is not ignore_index ({ignore_index})")
+        raise _bad_target_error(target, i, vocab, ignore_index)
+
+
+def _check_targets_first(target: Tensor, vocab: int, ignore_index: int) -> None:
+    # For a call that writes over its input (inplace_backward): the kernels report
+    # a bad target only after they ran, when the logits would already hold dZ, so
+    # the targets are checked before (one more synchronisation on a GPU).
+    if not _check_targets_enabled():
+        return
+    bad = (target != ignore_index) & ((target < 0) | (target >= vocab))
+    if bool(bad.any()):
+        raise _bad_target_error(target, int(bad.nonzero()[0, 0].item()), vocab, ignore_index)
+
+
+def _kernel_ignore(ignore_index: int, vocab: int, target_dtype: torch.dtype) -> int:
+    # The library refuses an ignore_index inside [0, V) (it would hide real
+    # targets); PyTorch allows it (e.g. a padding id). Such a call gives the
+    # library the most negative value of the target dtype instead, which no
+    # target in range can take.
+    return torch.iinfo(target_dtype).min if 0 <= ignore_index < vocab else ignore_index
+
+
+def _kernel_targets(target: Tensor, ignore_index: int, vocab: int) -> tuple[Tensor, int]:
+    """The targets and ignore_index the library is given for the caller's (see _kernel_ignore)."""
+    ign = _kernel_ignore(ignore_index, vocab, target.dtype)
+    if ign == ignore_index:
+        return target.contiguous(), ign
+    t = torch.where(target == ignore_index, torch.full_like(target, ign), target)
+    # A target that already held that value is out of range, not ignored: it
+    # becomes V, which the kernels report like any other (the message reads the
+    # caller's tensor, so it names the value passed).
+    return torch.where(target == ign, torch.full_like(target, vocab), t), ign
 
 
 def _dtype_code(t: Tensor, what: str) -> int:
@@ -116,17 +154,17 @@ def _common(a, data: Tensor, what: str, target: Tensor, ignore_index, reduction,
     return a
 
 
-def _flce_args(x, w, target, bias, *opts):
+def _flce_args(x, w, target, bias, ignore_index, *opts):
     a = _lib.FlceArgs()
     a.tokens, a.hidden = x.shape
     a.vocab = w.shape[0]
-    return _common(a, x, "input", target, *opts)
+    return _common(a, x, "input", target, _kernel_ignore(ignore_index, a.vocab, target.dtype), *opts)
 
 
-def _ce_args(logits, target, *opts):
+def _ce_args(logits, target, ignore_index, *opts):
     a = _lib.CeArgs()
     a.tokens, a.vocab = logits.shape
-    return _common(a, logits, "logits", target, *opts)
+    return _common(a, logits, "logits", target, _kernel_ignore(ignore_index, a.vocab, target.dtype), *opts)
 
 
 def _f32(shape, like: Tensor) -> Tensor:
@@ -134,10 +172,15 @@ def _f32(shape, like: Tensor) -> Tensor:
 
 
 # ---- the custom ops (opaque to torch.compile; fake impls give shapes) -------
-# Each op runs one C API call. Gradients for mean and sum are computed in the
-# forward call with an upstream gradient of 1 (one pass over the logits, as the
-# fused kernels intend) and scaled in backward; reduction none needs the
-# per-token upstream gradient, so its backward recomputes (flce_backward).
+# Each op runs one C API call on the caller's targets and ignore_index
+# (_kernel_targets maps them for the library inside the op). Gradients for mean
+# and sum are computed in the forward call with an upstream gradient of 1 (one
+# pass over the logits, as the fused kernels intend) and scaled in backward.
+# Reduction none needs the per-token upstream gradient, and fp16 the upstream
+# gradient before its dZ is rounded (a loss scale keeps small gradients above
+# fp16's underflow only if it is applied first: in the forward call, 89% of a
+# [1024, 4096] dZ rounded to zero under a loss scale of 8192, against 1% in
+# PyTorch), so their backward recomputes with it (flce_backward, ce_backward).
 
 
 @torch.library.custom_op("celtune::flce_forward", mutates_args=())
@@ -145,18 +188,19 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
                   reduction: int, label_smoothing: float, softcap: float, z_loss: float,
                   config: Optional[str], with_grad: bool
                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    x, w, target = x.contiguous(), w.contiguous(), target.contiguous()
+    x, w = x.contiguous(), w.contiguous()
     bias = bias.contiguous() if bias is not None else None
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
     N, V = x.shape[0], w.shape[0]
+    tgt, _ = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
     bad = torch.empty((), dtype=torch.int64, device=x.device)
     one = torch.ones((), dtype=torch.float32, device=x.device)
     dx = torch.empty_like(x) if with_grad else x.new_empty(0)
     dw = torch.empty_like(w) if with_grad else w.new_empty(0)
     db = torch.empty_like(bias) if with_grad and bias is not None else x.new_empty(0)
-    a.x, a.w, a.bias, a.targets = _ptr(x), _ptr(w), _ptr(bias), _ptr(target)
+    a.x, a.w, a.bias, a.targets = _ptr(x), _ptr(w), _ptr(bias), _ptr(tgt)
     a.grad_scale = _ptr(one)
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
     a.dx, a.dw, a.db, a.bad_target = _ptr(dx), _ptr(dw), _ptr(db), _ptr(bad)
@@ -174,28 +218,40 @@ def _(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_l
     return _f32((), x), _f32((N,), x), _f32((N,), x), dx, dw, db
 
 
+def _upstream(a, grad: Tensor, reduction: int) -> Tensor:
+    """The upstream gradient as the library takes it: per token (none) or one scalar."""
+    g = grad.contiguous().to(torch.float32)
+    if reduction == _lib.NONE:
+        a.grad_tokens = _ptr(g)
+    else:
+        a.grad_scale = _ptr(g)
+    return g  # kept alive by the caller until the call returns
+
+
 @torch.library.custom_op("celtune::flce_backward", mutates_args=())
-def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], grad_tokens: Tensor,
+def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], grad: Tensor, reduction: int,
                    ignore_index: int, label_smoothing: float, softcap: float, z_loss: float,
                    config: Optional[str]) -> tuple[Tensor, Tensor, Tensor]:
-    x, w, target = x.contiguous(), w.contiguous(), target.contiguous()
+    x, w = x.contiguous(), w.contiguous()
     bias = bias.contiguous() if bias is not None else None
-    g = grad_tokens.contiguous().to(torch.float32)
-    a = _flce_args(x, w, target, bias, ignore_index, _lib.NONE, label_smoothing, softcap, z_loss, config,
+    a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
                    _lib.FORWARD_BACKWARD)
     N = x.shape[0]
+    tgt, _ = _kernel_targets(target, ignore_index, w.shape[0])
+    g = _upstream(a, grad, reduction)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
     dx, dw = torch.empty_like(x), torch.empty_like(w)
     db = torch.empty_like(bias) if bias is not None else x.new_empty(0)
-    a.x, a.w, a.bias, a.targets, a.grad_tokens = _ptr(x), _ptr(w), _ptr(bias), _ptr(target), _ptr(g)
+    a.x, a.w, a.bias, a.targets = _ptr(x), _ptr(w), _ptr(bias), _ptr(tgt)
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
     a.dx, a.dw, a.db = _ptr(dx), _ptr(dw), _ptr(db)
     _run(_lib.Context.flce, _device_index(x.device), a)
+    del g
     return dx, dw, db
 
 
 @_flce_backward.register_fake
-def _(x, w, target, bias, grad_tokens, ignore_index, label_smoothing, softcap, z_loss, config):
+def _(x, w, target, bias, grad, reduction, ignore_index, label_smoothing, softcap, z_loss, config):
     db = torch.empty_like(bias) if bias is not None else x.new_empty(0)
     return torch.empty_like(x), torch.empty_like(w), db
 
@@ -204,7 +260,7 @@ def _(x, w, target, bias, grad_tokens, ignore_index, label_smoothing, softcap, z
 def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: int, label_smoothing: float,
                 softcap: float, z_loss: float, config: Optional[str], with_grad: bool
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    logits, target = logits.contiguous(), target.contiguous()
+    logits = logits.contiguous()
     dz = torch.empty_like(logits) if with_grad else logits.new_empty(0)
     loss, token_loss, lse = _ce_call(logits, target, dz, None, ignore_index, reduction, label_smoothing,
                                      softcap, z_loss, config, with_grad)
@@ -224,7 +280,8 @@ def _ce_forward_inplace(logits: Tensor, target: Tensor, ignore_index: int, reduc
                         ) -> tuple[Tensor, Tensor, Tensor]:
     if not logits.is_contiguous():
         raise CeltuneInvalidArgument("celtune: inplace_backward needs contiguous logits")
-    return _ce_call(logits, target.contiguous(), logits, None, ignore_index, reduction, label_smoothing,
+    _check_targets_first(target, logits.shape[1], ignore_index)
+    return _ce_call(logits, target, logits, None, ignore_index, reduction, label_smoothing,
                     softcap, z_loss, config, True)
 
 
@@ -235,33 +292,54 @@ def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
 
 
 @torch.library.custom_op("celtune::ce_backward", mutates_args=())
-def _ce_backward(logits: Tensor, target: Tensor, grad_tokens: Tensor, ignore_index: int, label_smoothing: float,
-                 softcap: float, z_loss: float, config: Optional[str]) -> Tensor:
-    logits, target = logits.contiguous(), target.contiguous()
+def _ce_backward(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, ignore_index: int,
+                 label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]) -> Tensor:
+    logits = logits.contiguous()
     dz = torch.empty_like(logits)
-    _ce_call(logits, target, dz, grad_tokens.contiguous().to(torch.float32), ignore_index, _lib.NONE,
-             label_smoothing, softcap, z_loss, config, True)
+    _ce_call(logits, target, dz, (grad, reduction), ignore_index, reduction, label_smoothing, softcap, z_loss,
+             config, True)
     return dz
 
 
 @_ce_backward.register_fake
-def _(logits, target, grad_tokens, ignore_index, label_smoothing, softcap, z_loss, config):
+def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z_loss, config):
     return torch.empty_like(logits)
 
 
-def _ce_call(logits, target, dz, grad_tokens, ignore_index, reduction, label_smoothing, softcap, z_loss,
+# inplace_backward where the gradient waits for backward (fp16): dZ over the
+# logits then, from the logits still intact.
+@torch.library.custom_op("celtune::ce_backward_inplace", mutates_args=("logits",))
+def _ce_backward_inplace(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, ignore_index: int,
+                         label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]) -> None:
+    if not logits.is_contiguous():
+        raise CeltuneInvalidArgument("celtune: inplace_backward needs contiguous logits")
+    _ce_call(logits, target, logits, (grad, reduction), ignore_index, reduction, label_smoothing, softcap, z_loss,
+             config, True)
+
+
+@_ce_backward_inplace.register_fake
+def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z_loss, config):
+    return None
+
+
+def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smoothing, softcap, z_loss,
              config, with_grad):
+    """One ce call. upstream: None (a gradient scale of 1, and the targets are
+    checked), or (grad, reduction) for a backward's recompute."""
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _ce_args(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
     N, V = logits.shape
+    tgt, _ = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), logits), _f32((N,), logits), _f32((N,), logits)
     bad = torch.empty((), dtype=torch.int64, device=logits.device)
     one = torch.ones((), dtype=torch.float32, device=logits.device)
-    a.logits, a.targets, a.dz = _ptr(logits), _ptr(target), _ptr(dz)
-    a.grad_scale, a.grad_tokens = _ptr(one), _ptr(grad_tokens)
+    a.logits, a.targets, a.dz = _ptr(logits), _ptr(tgt), _ptr(dz)
+    a.grad_scale = _ptr(one)
+    g = _upstream(a, *upstream) if upstream is not None else None
     a.loss, a.token_loss, a.lse, a.bad_target = _ptr(loss), _ptr(token_loss), _ptr(lse), _ptr(bad)
     _run(_lib.Context.ce, _device_index(logits.device), a)
-    if grad_tokens is None:
+    del g
+    if upstream is None:
         _raise_bad_target(bad, target, V, ignore_index)
     return loss, token_loss, lse
 
@@ -280,22 +358,26 @@ def _refuse_double_backward() -> None:
         raise RuntimeError(_DOUBLE_BACKWARD)
 
 
+def _deferred(reduction: int, dtype: torch.dtype) -> bool:
+    """Whether the gradients wait for backward's upstream gradient (the ops' comment says why)."""
+    return reduction == _lib.NONE or dtype == torch.float16
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
                 with_grad):
-        if reduction == _lib.NONE:
+        ctx.deferred = _deferred(reduction, x.dtype)
+        if ctx.deferred:
             loss, token_loss, _, _, _, _ = _flce_forward(x, w, target, bias, ignore_index, reduction,
                                                          label_smoothing, softcap, z_loss, config, False)
             ctx.save_for_backward(x, w, target, bias)
-            ctx.none = True
-            ctx.opts = (ignore_index, label_smoothing, softcap, z_loss, config)
-            ctx.mark_non_differentiable(loss)
+            ctx.opts = (reduction, ignore_index, label_smoothing, softcap, z_loss, config)
+            ctx.mark_non_differentiable(loss if reduction == _lib.NONE else token_loss)
             return loss, token_loss
         loss, token_loss, _, dx, dw, db = _flce_forward(x, w, target, bias, ignore_index, reduction,
                                                         label_smoothing, softcap, z_loss, config, with_grad)
         ctx.save_for_backward(dx, dw, db)
-        ctx.none = False
         ctx.has_bias = bias is not None
         ctx.mark_non_differentiable(token_loss)
         return loss, token_loss
@@ -303,9 +385,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, grad_token_loss):
         _refuse_double_backward()
-        if ctx.none:  # recompute with the per-token upstream gradient
+        if ctx.deferred:  # recompute with the upstream gradient
             x, w, target, bias = ctx.saved_tensors
-            dx, dw, db = _flce_backward(x, w, target, bias, grad_token_loss, *ctx.opts)
+            grad = grad_token_loss if ctx.opts[0] == _lib.NONE else grad_loss
+            dx, dw, db = _flce_backward(x, w, target, bias, grad, *ctx.opts)
             return dx, dw, None, (db if bias is not None else None), *([None] * 7)
         dx, dw, db = ctx.saved_tensors
         if dx.numel() == 0 and dw.numel() == 0:
@@ -319,13 +402,17 @@ class _CrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
                 with_grad, inplace):
-        if reduction == _lib.NONE:
+        ctx.deferred = _deferred(reduction, logits.dtype)
+        if ctx.deferred:
             loss, token_loss, _, _ = _ce_forward(logits, target, ignore_index, reduction, label_smoothing,
                                                  softcap, z_loss, config, False)
             ctx.save_for_backward(logits, target)
-            ctx.none = True
-            ctx.opts = (ignore_index, label_smoothing, softcap, z_loss, config)
-            ctx.mark_non_differentiable(loss)
+            # In place (mean, sum): dZ goes over the logits in backward, from the
+            # logits saved intact; their version counter moves then, so a second
+            # backward (retain_graph) or another user of them is refused.
+            ctx.inplace = inplace and reduction != _lib.NONE
+            ctx.opts = (reduction, ignore_index, label_smoothing, softcap, z_loss, config)
+            ctx.mark_non_differentiable(loss if reduction == _lib.NONE else token_loss)
             return loss, token_loss
         if with_grad and inplace:
             # dZ overwrites the logits: one [N, V] buffer fewer. The logits'
@@ -338,16 +425,19 @@ class _CrossEntropy(torch.autograd.Function):
             loss, token_loss, _, dz = _ce_forward(logits, target, ignore_index, reduction, label_smoothing,
                                                   softcap, z_loss, config, with_grad)
         ctx.save_for_backward(dz)
-        ctx.none = False
         ctx.mark_non_differentiable(token_loss)
         return loss, token_loss
 
     @staticmethod
     def backward(ctx, grad_loss, grad_token_loss):
         _refuse_double_backward()
-        if ctx.none:
+        if ctx.deferred:
             logits, target = ctx.saved_tensors
-            return (_ce_backward(logits, target, grad_token_loss, *ctx.opts), *([None] * 9))
+            grad = grad_token_loss if ctx.opts[0] == _lib.NONE else grad_loss
+            if ctx.inplace:
+                _ce_backward_inplace(logits, target, grad, *ctx.opts)
+                return (logits, *([None] * 9))
+            return (_ce_backward(logits, target, grad, *ctx.opts), *([None] * 9))
         (dz,) = ctx.saved_tensors
         if dz.numel() == 0:
             raise RuntimeError("celtune: the forward ran without gradients (logits did not require grad)")
@@ -366,7 +456,20 @@ def _reduction_code(reduction: str) -> int:
 def _config_json(config) -> Optional[str]:
     if config is None or isinstance(config, str):
         return config
-    return json.dumps(config)
+    try:
+        return json.dumps(config)
+    except (TypeError, ValueError) as e:
+        raise CeltuneInvalidArgument(f"celtune: config must be a JSON string or a dict of JSON values: {e}") from None
+
+
+def _ignore_index(ignore_index) -> int:
+    try:
+        i = operator.index(ignore_index)
+    except TypeError:
+        raise CeltuneInvalidArgument(f"celtune: ignore_index must be an integer, got {ignore_index!r}") from None
+    if not -(2**63) <= i < 2**63:
+        raise CeltuneInvalidArgument(f"celtune: ignore_index {i} is outside the int64 range")
+    return i
 
 
 def _same_device(*named) -> None:
@@ -378,14 +481,17 @@ def _same_device(*named) -> None:
                                          "all tensors must be on one device")
 
 
-def _remap_ignore(target: Tensor, ignore_index: int, vocab: int) -> tuple[Tensor, int]:
-    # The library refuses an ignore_index inside [0, V) (it would hide real
-    # targets); PyTorch allows it (e.g. a padding id). Map those tokens to the
-    # most negative target value instead, which no real target can take.
-    if 0 <= ignore_index < vocab:
-        sentinel = torch.iinfo(target.dtype).min
-        return torch.where(target == ignore_index, torch.full_like(target, sentinel), target), sentinel
-    return target, ignore_index
+def _check_no_tokens(args, device: torch.device) -> None:
+    # The library refuses N = 0, so an empty batch never reaches it; its rules
+    # for dtypes, options and configs still apply: the same arguments with one
+    # token are resolved (no kernel runs), which raises what a call would.
+    args.tokens = 1
+    index = _device_index(device)
+    if index >= 0:
+        with torch.cuda.device(index):
+            _context(index).config(args)
+    else:
+        _context(index).config(args)
 
 
 def _no_tokens(logits: Tensor, red: int, shape) -> Tensor:
@@ -403,33 +509,20 @@ def _autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
     return None
 
 
-def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None, *,
-                         ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
-                         softcap: Optional[float] = None, z_loss: float = 0.0, config=None) -> Tensor:
-    """F.cross_entropy(F.linear(input, weight, bias), target, ...) without the logits.
-
-    input [..., H] (flattened to [N, H]; may be non-contiguous), weight [V, H],
-    bias [V] or None, target [...] of int64 or int32 with N elements. Gradients
-    for input, weight and bias. Options as F.cross_entropy's, plus
-    softcap (logits -> softcap * tanh(logits / softcap), Gemma 2) and z_loss
-    (adds z_loss * logsumexp^2 per token). config: a dict or JSON string naming a
-    kernel config, else $CELTUNE_CONFIG, else the tuned database, else the default.
-    Under torch.autocast the inputs are cast as F.linear casts them. Returns the
-    loss (fp32): a scalar, or target's shape for reduction "none".
-
-    Differences from F.cross_entropy: reduction "mean" over zero valid tokens
-    (every target ignored) gives 0, not NaN. Double backward is not supported.
-    Raises CeltuneInvalidArgument (a ValueError) for bad input.
-    """
-    red = _reduction_code(reduction)
+def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor]):
+    """linear_cross_entropy's (and explain's) checks: [N, H] input, weight and bias
+    as the kernels take them (cast as F.linear casts under autocast), flat targets."""
     if weight.dim() != 2:
         raise CeltuneInvalidArgument(f"celtune: weight must be [V, H], got shape {tuple(weight.shape)}")
-    H = weight.shape[1]
+    V, H = weight.shape
+    if V == 0 or H == 0:
+        raise CeltuneInvalidArgument(f"celtune: weight must be [V, H] with V and H at least 1, got "
+                                     f"{tuple(weight.shape)}")
     if input.dim() < 1 or input.shape[-1] != H:
         raise CeltuneInvalidArgument(f"celtune: input's last dimension must be H = {H} (weight is "
                                      f"{tuple(weight.shape)}), got input {tuple(input.shape)}")
-    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
-        raise CeltuneInvalidArgument(f"celtune: bias must be [V] = [{weight.shape[0]}], got {tuple(bias.shape)}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != V):
+        raise CeltuneInvalidArgument(f"celtune: bias must be [V] = [{V}], got {tuple(bias.shape)}")
     x = input.reshape(-1, H)
     if target.numel() != x.shape[0]:
         raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but input has "
@@ -442,35 +535,14 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Op
     if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         raise CeltuneInvalidArgument(f"celtune: input, weight and bias must share a dtype, got {x.dtype}, "
                                      f"{weight.dtype}, {None if bias is None else bias.dtype}")
-    if x.shape[0] == 0:
-        return _no_tokens(torch.nn.functional.linear(x, weight, bias), red, target.shape)
-    tgt, ign = _remap_ignore(target.reshape(-1), ignore_index, weight.shape[0])
-    with_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                             (bias is not None and bias.requires_grad))
-    with torch.autocast(x.device.type, enabled=False):
-        loss, token_loss = _LinearCrossEntropy.apply(x, weight, tgt, bias, ign, red, float(label_smoothing),
-                                                     float(softcap or 0.0), float(z_loss), _config_json(config),
-                                                     with_grad)
-    return token_loss.view(target.shape) if red == _lib.NONE else loss
+    return x, weight, bias, target.reshape(-1)
 
 
-def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0, softcap: Optional[float] = None, z_loss: float = 0.0,
-                  config=None, inplace_backward: bool = False) -> Tensor:
-    """F.cross_entropy on logits [..., V] (flattened to [N, V]) and class-index targets [...].
-
-    Options as linear_cross_entropy's. inplace_backward=True (reduction mean or
-    sum) writes the logits' gradient over the logits in the forward call, saving
-    one [N, V] buffer: the logits are destroyed, so nothing else may use them
-    afterwards (autograd refuses a backward that needs them). The logits keep
-    their dtype under autocast (the kernels accumulate in fp32 either way).
-
-    Differences from F.cross_entropy: reduction "mean" over zero valid tokens
-    gives 0, not NaN; probabilities as targets and class weights are not supported.
-    """
-    red = _reduction_code(reduction)
-    if input.dim() < 1:
-        raise CeltuneInvalidArgument("celtune: logits must have a class dimension")
+def _prepare_ce(input: Tensor, target: Tensor):
+    """cross_entropy's (and explain's) checks: [N, V] logits, flat targets."""
+    if input.dim() < 1 or input.shape[-1] == 0:
+        raise CeltuneInvalidArgument(f"celtune: logits must have a class dimension (the last) of at least 1, "
+                                     f"got shape {tuple(input.shape)}")
     V = input.shape[-1]
     z = input.reshape(-1, V)
     if target.numel() != z.shape[0]:
@@ -479,12 +551,75 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     if target.is_floating_point():
         raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")
     _same_device(("logits", input), ("target", target))
+    return z, target.reshape(-1)
+
+
+def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None, *,
+                         ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+                         softcap: Optional[float] = None, z_loss: float = 0.0, config=None) -> Tensor:
+    """F.cross_entropy(F.linear(input, weight, bias), target, ...) without the logits.
+
+    input [..., H] (flattened to [N, H]; may be non-contiguous), weight [V, H],
+    bias [V] or None, target [...] of int64 or int32 with N elements. Gradients
+    for input, weight and bias. Options as F.cross_entropy's, plus
+    softcap (logits -> softcap * tanh(logits / softcap), Gemma 2) and z_loss
+    (adds z_loss * logsumexp^2 per token). config: a dict or JSON string naming a
+    kernel config, else $CELTUNE_CONFIG, else the tuned database, else the default.
+    Under torch.autocast the inputs are cast as F.linear casts them. Returns the
+    loss (fp32): a scalar, or target's shape for reduction "none". With fp16
+    inputs the gradients are computed in backward, after the upstream gradient
+    (a loss scale) is known, so that they do not underflow.
+
+    Differences from F.cross_entropy: reduction "mean" over zero valid tokens
+    (every target ignored) gives 0, not NaN. Double backward is not supported.
+    Raises CeltuneInvalidArgument (a ValueError) for bad input.
+    """
+    red = _reduction_code(reduction)
+    ign = _ignore_index(ignore_index)
+    x, weight, bias, tgt = _prepare_flce(input, weight, target, bias)
+    opts = (float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config))
+    if x.shape[0] == 0:
+        _check_no_tokens(_flce_args(x, weight, tgt, bias, ign, red, *opts, _lib.FORWARD), x.device)
+        return _no_tokens(torch.nn.functional.linear(x, weight, bias), red, target.shape)
+    with_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                             (bias is not None and bias.requires_grad))
+    with torch.autocast(x.device.type, enabled=False):
+        loss, token_loss = _LinearCrossEntropy.apply(x, weight, tgt, bias, ign, red, *opts, with_grad)
+    return token_loss.view(target.shape) if red == _lib.NONE else loss
+
+
+def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, softcap: Optional[float] = None, z_loss: float = 0.0,
+                  config=None, inplace_backward: bool = False) -> Tensor:
+    """F.cross_entropy on logits [..., V] (flattened to [N, V]) and class-index targets [...].
+
+    The classes are the last dimension, as a language model's logits are, not
+    dim 1 as F.cross_entropy takes them for inputs of more than two dimensions.
+    Options as linear_cross_entropy's. inplace_backward=True (reduction mean or
+    sum) writes the logits' gradient over the logits, saving one [N, V] buffer:
+    in the forward call (fp16: in backward), so the logits are destroyed and
+    nothing else may use them afterwards (autograd refuses a backward that needs
+    them); the logits must not be a leaf that requires grad, and their targets
+    are checked before anything is written. The logits keep their dtype under
+    autocast (the kernels accumulate in fp32 either way).
+
+    Differences from F.cross_entropy: reduction "mean" over zero valid tokens
+    gives 0, not NaN; probabilities as targets and class weights are not supported.
+    """
+    red = _reduction_code(reduction)
+    ign = _ignore_index(ignore_index)
+    z, tgt = _prepare_ce(input, target)
+    opts = (float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config))
     if z.shape[0] == 0:
+        _check_no_tokens(_ce_args(z, tgt, ign, red, *opts, _lib.FORWARD), z.device)
         return _no_tokens(z, red, target.shape)
-    tgt, ign = _remap_ignore(target.reshape(-1), ignore_index, V)
     with_grad = torch.is_grad_enabled() and z.requires_grad
-    loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, float(label_smoothing), float(softcap or 0.0),
-                                           float(z_loss), _config_json(config), with_grad, bool(inplace_backward))
+    inplace = bool(inplace_backward) and with_grad
+    if inplace and input.is_leaf:
+        raise CeltuneInvalidArgument("celtune: inplace_backward writes the gradient over the logits, and these are "
+                                     "a leaf tensor that requires grad (a parameter's data would be lost): pass "
+                                     "logits computed from it, or inplace_backward=False")
+    loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, *opts, with_grad, inplace)
     return token_loss.view(target.shape) if red == _lib.NONE else loss
 
 
@@ -494,27 +629,22 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
     """The kernel config a call would use, and where it came from, without running it.
 
     explain(input, weight, target, bias, ...) for linear_cross_entropy;
-    explain(logits, None, target, ...) for cross_entropy. Returns
-    {"family", "config" (dict), "source" (explicit, env, exact, nearest,
-    same-arch or default), "device"}.
+    explain(logits, None, target, ...) for cross_entropy. Checks its arguments as
+    those calls do. Returns {"family", "config" (dict), "source" (explicit, env,
+    exact, nearest, same-arch or default), "device"}.
     """
     red = _reduction_code(reduction)
+    ign = _ignore_index(ignore_index)
     mode = _lib.FORWARD_BACKWARD if backward else _lib.FORWARD
-    index = _device_index(input.device)
-    tgt = target.reshape(-1)
-    opts = (ignore_index, red, float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config))
+    opts = (red, float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config), mode)
     if weight is None:
-        z = input.reshape(-1, input.shape[-1])
-        _, ign = _remap_ignore(tgt, ignore_index, z.shape[1])
-        args, family = _ce_args(z, tgt, ign, *opts[1:], mode), "ce"
+        z, tgt = _prepare_ce(input, target)
+        args, family, device = _ce_args(z, tgt, ign, *opts), "ce", z.device
     else:
-        x = input.reshape(-1, weight.shape[1])
-        cast = _autocast_dtype(x.device)
-        if cast is not None:
-            x = x.to(cast)
-        _, ign = _remap_ignore(tgt, ignore_index, weight.shape[0])
-        args, family = _flce_args(x, weight, tgt, bias, ign, *opts[1:], mode), "flce"
+        x, weight, bias, tgt = _prepare_flce(input, weight, target, bias)
+        args, family, device = _flce_args(x, weight, tgt, bias, ign, *opts), "flce", x.device
         args.bias = 1 if bias is not None else None  # only its presence matters to the lookup
+    index = _device_index(device)
     ctx = _context(index)
     if index >= 0:
         with torch.cuda.device(index):

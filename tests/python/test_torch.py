@@ -331,3 +331,131 @@ def test_int32_targets_and_cpu_context_is_cached():
     b = ct.linear_cross_entropy(x, w, t)
     assert a.item() == b.item()
     assert ct._context(-1) is ct._context(-1)
+
+
+def scaled_backward_fp16(device, kind, inplace=False, S=8192.0, seed=6):
+    """The gradients of loss * S (a loss scale) in fp16, and the reference's: fp32
+    logits from the same fp16 values, F.cross_entropy, the same scale."""
+    g = torch.Generator().manual_seed(seed)
+    N, H, V = (256, 0, 2048) if kind == "ce" else (1024, 64, 4096)
+    t = torch.randint(0, V, (N,), generator=g).to(device)
+    if kind == "ce":
+        base = (torch.randn(N, V, generator=g) * 3).half().to(device).requires_grad_()
+        (ct.cross_entropy(base * 1, t, inplace_backward=inplace) * S).backward()
+        ref = base.detach().float().requires_grad_()
+        (F.cross_entropy(ref, t) * S).backward()
+        return [(base.grad, ref.grad)]
+    x = torch.randn(N, H, generator=g).half().to(device).requires_grad_()
+    w = torch.randn(V, H, generator=g).half().to(device).requires_grad_()
+    (ct.linear_cross_entropy(x, w, t) * S).backward()
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    (F.cross_entropy(F.linear(xr, wr), t) * S).backward()
+    return [(x.grad, xr.grad), (w.grad, wr.grad)]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("kind,inplace", [("ce", False), ("ce", True), ("flce", False)])
+def test_fp16_gradients_survive_a_loss_scale(device, kind, inplace):
+    # A loss scale (GradScaler) keeps small fp16 gradients from underflowing only
+    # if it is applied before they are rounded to fp16. Applied after (dZ formed
+    # in the forward call), 52% of this dZ rounded to zero against PyTorch's
+    # 0.2%, and 4211 of dW's 262144 elements against 1; so fp16 waits for backward.
+    for got, want in scaled_backward_fp16(device, kind, inplace):
+        assert got.dtype == torch.float16
+        # flce: dZ's fp16 rounding before two GEMMs, at logits of std 8.
+        assert rel(got, want) < (1e-3 if kind == "ce" else 2.5e-3)
+        # No more zeros than the reference's gradient rounded once to fp16 has.
+        assert (got == 0).sum().item() <= (want.half() == 0).sum().item() * 1.02 + 16
+
+
+@pytest.mark.parametrize("device", devices())
+def test_fp16_inplace_backward_is_done_in_backward(device):
+    # fp16 in place: the logits hold dZ only after backward, and a second
+    # backward, which would need them, is refused instead of reading dZ.
+    t = torch.randint(0, 33, (8,), device=device)
+    base = torch.randn(8, 33, device=device).half().requires_grad_()
+    logits = base * 1
+    before = logits.detach().clone()
+    loss = ct.cross_entropy(logits, t, inplace_backward=True)
+    assert torch.equal(logits.detach(), before)
+    loss.backward(retain_graph=True)
+    assert not torch.equal(logits.detach(), before)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", devices())
+def test_bad_target_names_the_callers_values(device):
+    z = torch.randn(4, 10, device=device)
+    for dt in (torch.int64, torch.int32):
+        t = torch.tensor([1, 10, 2, 3], dtype=dt, device=device)
+        # ignore_index inside [0, V) is mapped for the library; the message names the caller's.
+        with pytest.raises(ct.CeltuneInvalidArgument, match=r"target 10 at token 1 .*ignore_index \(3\)"):
+            ct.cross_entropy(z, t, ignore_index=3)
+        # A target equal to the value ignore_index is mapped to is out of range, not ignored.
+        low = torch.iinfo(dt).min
+        t = torch.tensor([1, 3, low, 4], dtype=dt, device=device)
+        with pytest.raises(ct.CeltuneInvalidArgument, match=f"target {low} at token 2 "):
+            ct.cross_entropy(z, t, ignore_index=3, reduction="none")
+        x, w = torch.randn(4, 6, device=device), torch.randn(10, 6, device=device)
+        with pytest.raises(ct.CeltuneInvalidArgument, match=f"target {low} at token 2 "):
+            ct.linear_cross_entropy(x, w, t, ignore_index=3)
+    # The same targets with ignore_index outside V: token 3's 3 is a real target.
+    t = torch.tensor([1, 3, 7, 4], device=device)
+    ref = F.cross_entropy(z, t, ignore_index=3, reduction="none")
+    assert torch.allclose(ct.cross_entropy(z, t, ignore_index=3, reduction="none"), ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_inplace_backward_leaves_logits_alone_on_bad_input(device, dtype):
+    base = torch.randn(4, 10, device=device).to(dtype).requires_grad_()
+    logits = base * 1
+    before = logits.detach().clone()
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target 99 at token 2"):
+        ct.cross_entropy(logits, torch.tensor([1, 2, 99, 3], device=device), inplace_backward=True)
+    assert torch.equal(logits.detach(), before)
+    # A leaf that requires grad (a parameter) is never overwritten.
+    with pytest.raises(ct.CeltuneInvalidArgument, match="leaf"):
+        ct.cross_entropy(base, torch.tensor([1, 2, 3, 4], device=device), inplace_backward=True)
+    assert torch.equal(base.detach(), before)
+    with torch.no_grad():  # no gradient, nothing written: allowed
+        ct.cross_entropy(base, torch.tensor([1, 2, 3, 4], device=device), inplace_backward=True)
+    assert torch.equal(base.detach(), before)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_more_bad_input_is_invalid_argument(device):
+    x, w, _, t = make(device, torch.float32)
+    bad = [
+        (lambda: ct.cross_entropy(torch.zeros(3, 0, device=device), t[:3]), "class dimension"),
+        (lambda: ct.linear_cross_entropy(x[:, :0], w[:, :0], t), "at least 1"),
+        (lambda: ct.linear_cross_entropy(x, w[:0], t), "at least 1"),
+        (lambda: ct.linear_cross_entropy(x, w, t, ignore_index=2**63), "int64 range"),
+        (lambda: ct.linear_cross_entropy(x, w, t, ignore_index=3.0), "must be an integer"),
+        (lambda: ct.linear_cross_entropy(x, w, t, config={1, 2}), "config must be"),
+        # explain checks as the calls do
+        (lambda: ct.explain(x, w[:, :5], t), "last dimension"),
+        (lambda: ct.explain(x, w.half(), t), "share a dtype"),
+        (lambda: ct.explain(x, w, t[:3]), "elements"),
+        (lambda: ct.explain(x @ w.T, None, t[:3]), "rows"),
+    ]
+    for f, msg in bad:
+        with pytest.raises(ct.CeltuneInvalidArgument, match=msg):
+            f()
+
+
+@pytest.mark.parametrize("device", devices())
+def test_empty_batch_checks_its_arguments(device):
+    # No tokens runs no kernel, but what a call with tokens refuses is refused too.
+    e = torch.zeros(0, dtype=torch.int64, device=device)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="dtype"):
+        ct.cross_entropy(torch.zeros(0, 10, dtype=torch.int64, device=device), e)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="label smoothing"):
+        ct.cross_entropy(torch.zeros(0, 10, device=device), e, label_smoothing=5.0)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="softcap"):
+        ct.linear_cross_entropy(torch.zeros(0, 8, device=device), torch.randn(10, 8, device=device), e, softcap=-1.0)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target has dtype"):
+        ct.linear_cross_entropy(torch.zeros(0, 8, device=device), torch.randn(10, 8, device=device), e.float())
+    with pytest.raises(ct.CeltuneInvalidArgument, match="block_size"):
+        ct.cross_entropy(torch.zeros(0, 10, device=device), e, config={"block_size": 3})

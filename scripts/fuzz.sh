@@ -42,13 +42,15 @@ printf -- '--shape\0004096,4096,128256\0--dtype\000bf16,fp32\0--label-smoothing\
 # Issue 12: a shape whose N x V overflows int64.
 printf -- '\0--shape\0004611686018427387904,16,500' >>"$out/seed_cli"
 status=0
+rm -f "$out/fuzz_import.sqlite"*  # fuzz_import's database (every input rolled back)
 for t in fuzz_import fuzz_config fuzz_cli; do
   seed=$out/seed_${t#fuzz_}
   mkdir -p "$out/corpus/$t"
   cp "$seed" "$out/corpus/$t/seed"
   log=$out/$t.log
   start=$(date +%s)
-  if ASAN_OPTIONS=detect_leaks=1 "$out/$t" -runs="$runs" -max_len=4096 -timeout=10 -print_final_stats=1 \
+  if ASAN_OPTIONS=detect_leaks=1 CELTUNE_FUZZ_DB="$out/fuzz_import.sqlite" \
+       "$out/$t" -runs="$runs" -max_len=4096 -timeout=10 -print_final_stats=1 \
        -artifact_prefix="$out/" \
        "$out/corpus/$t" >"$log" 2>&1; then
     execs=$(grep -E 'stat::number_of_executed_units' "$log" | awk '{print $2}')

@@ -5,6 +5,7 @@
 // execution costs the same.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -16,7 +17,11 @@ struct Rollback {};
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static celtune::db::Store store(":memory:", celtune::db::Access::read_write);
+  // A file, as every name is to Store (":memory:" too: it used to land in the
+  // working directory, the source tree's root under meson test): where fuzz.sh
+  // puts its builds.
+  static const char* const path = std::getenv("CELTUNE_FUZZ_DB");
+  static celtune::db::Store store(path ? path : "fuzz_import.sqlite", celtune::db::Access::read_write);
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
   try {
     store.write([&] {

@@ -25,7 +25,11 @@
  *
  * Threads: a context may be shared by threads; calls on one context are
  * serialised by a lock inside it. For concurrency, use one context per thread.
- * Errors: every call returns a status; celtune_last_error(ctx) says why.
+ * Errors: every call returns a status; celtune_last_error(ctx) says why (each
+ * thread reads its own). A target outside [0, V) that is not ignore_index is
+ * not an error status: its token is treated as ignored and the first such
+ * token is reported through bad_target, which the caller checks (the CLI and
+ * the Python package make it an error); without bad_target it goes unreported.
  * The math: docs/flce-math.md. */
 #ifndef CELTUNE_CELTUNE_H
 #define CELTUNE_CELTUNE_H
@@ -43,7 +47,8 @@ typedef void* celtune_stream;
 
 typedef enum {
   CELTUNE_OK = 0,
-  CELTUNE_ERROR_INVALID_ARGUMENT = 2, /* bad shape, option, pointer, config or target */
+  CELTUNE_ERROR_INVALID_ARGUMENT = 2, /* bad shape, option, pointer or config (a bad target: see
+                                         bad_target) */
   CELTUNE_ERROR_ENVIRONMENT = 3,      /* CUDA or cuBLASLt error, no device, build without CUDA */
   CELTUNE_ERROR_INTERNAL = 4,
   CELTUNE_ERROR_BUFFER_TOO_SMALL = 5  /* an output buffer cannot hold the answer; celtune_last_error
@@ -56,7 +61,9 @@ typedef enum { CELTUNE_MEAN = 0, CELTUNE_SUM = 1, CELTUNE_NONE = 2 } celtune_red
 typedef enum { CELTUNE_FORWARD = 0, CELTUNE_FORWARD_BACKWARD = 1 } celtune_mode;
 
 typedef struct {
-  int64_t ignore_index;   /* PyTorch's default: -100 */
+  int64_t ignore_index;   /* PyTorch's default: -100. Not inside [0, V), where it would hide real
+                             targets (CELTUNE_ERROR_INVALID_ARGUMENT): map such a padding id
+                             to one outside, as the Python package does */
   celtune_reduction reduction;
   float label_smoothing;  /* [0, 1] */
   float softcap;          /* 0: off */
@@ -142,7 +149,10 @@ int celtune_context_device(const celtune_context* ctx);
  * language (ctypes, cffi) check its layout before it passes one. */
 size_t celtune_sizeof(const char* type_name);
 
-/* The message of the last failed call on this context ("" if none). */
+/* The message of the calling thread's last call on this context if it failed,
+ * "" if it succeeded or there was none: a thread sharing a context reads its
+ * own errors. The string holds until this thread's next call on the context or
+ * celtune_destroy. */
 const char* celtune_last_error(const celtune_context* ctx);
 const char* celtune_version(void);
 

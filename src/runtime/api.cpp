@@ -13,7 +13,9 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,8 +39,14 @@
 using namespace celtune;
 
 struct celtune_context {
-  std::mutex mu;
-  std::string last_error;
+  mutable std::mutex mu;
+  // Each thread's last error on this context: with one string, a thread that
+  // shared the context read another thread's message, or "" after another's
+  // success, and celtune_last_error read it unlocked while a call rewrote it.
+  // A thread's string changes only in its own calls, so the pointer
+  // celtune_last_error returns holds until then (map nodes never move).
+  std::unordered_map<std::thread::id, std::string> errors;
+  void set_error(std::string msg) { errors[std::this_thread::get_id()] = std::move(msg); }
   DeviceInfo device;
   std::unique_ptr<runtime::Resolver> resolver;
   std::shared_ptr<Backend> cpu;  // set for a CPU context (celtune_create_cpu)
@@ -62,19 +70,19 @@ celtune_status guarded(celtune_context* ctx, F&& f) {
   std::lock_guard lk(ctx->mu);
   try {
     f();
-    ctx->last_error.clear();
+    ctx->errors.erase(std::this_thread::get_id());
     return CELTUNE_OK;
   } catch (const BufferTooSmall& e) {
-    ctx->last_error = e.what();
+    ctx->set_error(e.what());
     return CELTUNE_ERROR_BUFFER_TOO_SMALL;
   } catch (const Error& e) {
-    ctx->last_error = e.what();
+    ctx->set_error(e.what());
     return e.status() == Status::usage ? CELTUNE_ERROR_INVALID_ARGUMENT : CELTUNE_ERROR_ENVIRONMENT;
   } catch (const std::bad_alloc&) {
-    ctx->last_error = "out of host memory";
+    ctx->set_error("out of host memory");
     return CELTUNE_ERROR_ENVIRONMENT;
   } catch (const std::exception& e) {
-    ctx->last_error = std::string("internal error: ") + e.what();
+    ctx->set_error(std::string("internal error: ") + e.what());
     return CELTUNE_ERROR_INTERNAL;
   }
 }
@@ -86,7 +94,9 @@ template <typename E, typename CEnum>
 E checked_enum(const CEnum& field, int n, const char* what) {
   std::underlying_type_t<CEnum> v;
   std::memcpy(&v, &field, sizeof v);
-  if (v < 0 || static_cast<int64_t>(v) >= n) fail_usage(std::string("invalid ") + what + " " + std::to_string(v));
+  // Said as the C int the caller wrote: -1, not 4294967295 where the enum is unsigned.
+  const auto said = static_cast<std::make_signed_t<decltype(v)>>(v);
+  if (said < 0 || static_cast<int64_t>(said) >= n) fail_usage(std::string("invalid ") + what + " " + std::to_string(said));
   return static_cast<E>(v);
 }
 
@@ -352,7 +362,12 @@ int celtune_context_device(const celtune_context* ctx) {
   return -1;
 }
 
-const char* celtune_last_error(const celtune_context* ctx) { return ctx ? ctx->last_error.c_str() : "null context"; }
+const char* celtune_last_error(const celtune_context* ctx) {
+  if (!ctx) return "null context";
+  std::lock_guard lk(ctx->mu);
+  const auto it = ctx->errors.find(std::this_thread::get_id());
+  return it == ctx->errors.end() ? "" : it->second.c_str();
+}
 
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,
                                    char* tag, size_t tag_size) {

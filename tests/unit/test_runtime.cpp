@@ -235,6 +235,11 @@ TEST_CASE("C API without a GPU: lookups work, kernel calls say why they cannot, 
   CHECK(std::string(celtune_last_error(ctx)).find("tokens") != std::string::npos);
   a.tokens = 8, a.dtype = static_cast<celtune_dtype>(9);
   CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  const int minus_one = -1;  // as a C caller's int lands in the enum field
+  std::memcpy(&a.dtype, &minus_one, sizeof a.dtype);  // said as written, not as 4294967295
+  CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("invalid dtype -1") != std::string::npos);
+  a.dtype = CELTUNE_BF16;
   CHECK(celtune_flce_config(nullptr, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
   CHECK(celtune_flce_config(ctx, nullptr, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
   celtune_destroy(ctx);
@@ -262,6 +267,34 @@ TEST_CASE("a context shared by threads gives every thread the same answers") {
     });
   for (auto& th : pool) th.join();
   CHECK(bad == 0);
+  celtune_destroy(ctx);
+}
+
+TEST_CASE("a context shared by threads: each thread reads its own last error, and a success clears only its own") {
+  // One string for all threads let a thread read another's message, or "" after
+  // another thread's success, and was read unlocked while calls rewrote it.
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  std::vector<std::thread> pool;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t)
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        celtune_flce_args a{};
+        a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+        a.mode = CELTUNE_FORWARD_BACKWARD;
+        celtune_loss_defaults(&a.options);
+        a.tokens = -(1000 * (t + 1) + i);  // refused, naming this thread's own value
+        if (celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) != CELTUNE_ERROR_INVALID_ARGUMENT) ++wrong;
+        const std::string mine = celtune_last_error(ctx);
+        if (mine.find("got " + std::to_string(a.tokens)) == std::string::npos) ++wrong;
+        a.tokens = 8;
+        if (celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) != CELTUNE_OK) ++wrong;
+        if (std::string(celtune_last_error(ctx)) != "") ++wrong;
+      }
+    });
+  for (auto& th : pool) th.join();
+  CHECK(wrong == 0);
   celtune_destroy(ctx);
 }
 

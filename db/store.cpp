@@ -214,7 +214,7 @@ int busy_timeout_ms() {
   // transaction (documented as 10 s). A malformed value is the caller's mistake,
   // not a reason to wait 0 ms silently.
   const char* e = std::getenv("CELTUNE_BUSY_TIMEOUT_MS");
-  if (!e || !*e) return 10000;
+  if (!e || !*e) return kDefaultBusyTimeoutMs;
   int v = -1;
   const char* end = e + std::strlen(e);
   auto r = std::from_chars(e, end, v);
@@ -224,7 +224,9 @@ int busy_timeout_ms() {
   return v;
 }
 
-Store::Store(const std::string& path, Access access) : path_(path), access_(access), busy_ms_(busy_timeout_ms()) {
+Store::Store(const std::string& path, Access access) : Store(path, access, busy_timeout_ms()) {}
+
+Store::Store(const std::string& path, Access access, int busy_ms) : path_(path), access_(access), busy_ms_(busy_ms) {
   if (path.empty()) fail_usage("the database path is empty");
   // SQLite answers a directory or a device node with "disk I/O error" at the
   // first read; say what is wrong instead.

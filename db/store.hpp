@@ -30,7 +30,9 @@ class Store {
 
   // read_write creates the file and schema if needed and migrates older schemas;
   // read_only never creates or changes a file. Both refuse a newer schema.
+  // busy_ms: the busy timeout (busy_timeout_ms() when not given).
   Store(const std::string& path, Access access);
+  Store(const std::string& path, Access access, int busy_ms);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -91,7 +93,8 @@ class Store {
   std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
 
-// CELTUNE_BUSY_TIMEOUT_MS, default 10000; Error(usage) when malformed.
+// CELTUNE_BUSY_TIMEOUT_MS, default kDefaultBusyTimeoutMs; Error(usage) when malformed.
+inline constexpr int kDefaultBusyTimeoutMs = 10000;
 int busy_timeout_ms();
 
 // The rule of validate_config that `c` breaks for its stored problem `p`, or ""

@@ -18,7 +18,9 @@
  * that has one that fits (a borrowed config must fit the problem's scratch
  * budget). Without a GPU, lookups answer for the CPU device. A missing,
  * unreadable, damaged, locked or newer-schema database gives one warning on
- * stderr and the next source; each is opened read-only and never written.
+ * stderr and the next source; each is opened read-only and never written. A
+ * malformed CELTUNE_BUSY_TIMEOUT_MS (how long to wait for a locked database)
+ * gives one warning and the default, 10000 ms.
  * A malformed CELTUNE_CONFIG fails every call with CELTUNE_ERROR_INVALID_ARGUMENT
  * (it is never silently replaced). CELTUNE_LOG=1 logs each problem's config
  * and its source once, whichever source it came from.

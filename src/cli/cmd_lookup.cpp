@@ -39,8 +39,8 @@ Action register_lookup(CLI::App& app) {
     const auto problems = build_problems(a->problem);
     std::shared_ptr<const Backend> backend = open_backend(a->device);
     const DeviceInfo dev = backend->device();
-    // The runtime warns and falls back on a malformed CELTUNE_BUSY_TIMEOUT_MS (a
-    // training job must not stop for it); the CLI refuses it, exit 2.
+    // The runtime warns and waits the default on a malformed CELTUNE_BUSY_TIMEOUT_MS
+    // (a training job must not stop for it); the CLI refuses it, exit 2.
     db::busy_timeout_ms();
     // So does a --db it names that is missing or damaged (a typo answered with the
     // built-in default and exit 0); the databases it only finds stay warnings.

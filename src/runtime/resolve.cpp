@@ -68,6 +68,15 @@ Resolver::Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string
   for (auto& d : dbs) dbs_.push_back(Db{std::move(d), false, nullptr});
   const char* log = std::getenv("CELTUNE_LOG");
   log_ = log && *log && std::string(log) != "0";
+  // A malformed timeout matters only while a database is locked: one warning and
+  // the default, where each database used to refuse to open (a warning each) and
+  // every tuned config was lost to the defaults.
+  try {
+    busy_ms_ = db::busy_timeout_ms();
+  } catch (const Error& e) {
+    warn_ << "celtune: warning: " << e.what() << "; waiting the default " << db::kDefaultBusyTimeoutMs
+          << " ms for a locked database\n";
+  }
 }
 
 Resolver::Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
@@ -87,7 +96,7 @@ db::Store* Resolver::open(Db& d) {
     return nullptr;
   }
   try {
-    d.store = std::make_unique<db::Store>(d.where.path, db::Access::read_only);
+    d.store = std::make_unique<db::Store>(d.where.path, db::Access::read_only, busy_ms_);
   } catch (const Error& e) {
     warn_ << "celtune: warning: " << e.what() << "; using the next source\n";
   }

@@ -91,6 +91,7 @@ class Resolver {
   std::map<std::string, Resolved> cache_;
   std::map<std::string, bool> logged_;  // configs from the call or CELTUNE_CONFIG, logged once per problem
   bool log_ = false;
+  int busy_ms_ = db::kDefaultBusyTimeoutMs;  // for every database it opens (read once)
 };
 
 }  // namespace celtune::runtime

@@ -170,6 +170,26 @@ TEST_CASE("explicit beats CELTUNE_CONFIG beats the database; malformed ones are 
   CHECK(r.resolve(Fixture::problem(4096), nullptr).source == runtime::Source::exact);
 }
 
+TEST_CASE("a malformed CELTUNE_BUSY_TIMEOUT_MS: one warning and the default wait; the databases still answer") {
+  // It used to make every database refuse to open (a warning each), so every
+  // tuned config gave way to the defaults over a value that matters only when a
+  // database is locked.
+  Fixture fx;
+  for (const char* bad : {"abc", "-1", " 500"}) {
+    CAPTURE(bad);
+    setenv("CELTUNE_BUSY_TIMEOUT_MS", bad, 1);
+    std::ostringstream warn;
+    runtime::Resolver r(std::vector<runtime::DatabasePath>{{fx.db, true}, {fx.db, true}}, fx.h100,
+                        kKernelSourceHash, warn);
+    CHECK(r.resolve(Fixture::problem(4096), nullptr).source == runtime::Source::exact);
+    CHECK(r.resolve(Fixture::problem(8192), nullptr).source == runtime::Source::nearest);
+    const std::string w = warn.str();
+    CHECK(std::count(w.begin(), w.end(), '\n') == 1);
+    CHECK(w.find("CELTUNE_BUSY_TIMEOUT_MS") != std::string::npos);
+  }
+  unsetenv("CELTUNE_BUSY_TIMEOUT_MS");
+}
+
 TEST_CASE("unusable databases: one warning, then the defaults; nothing is created or changed") {
   Fixture fx;
   const std::string junk = (fx.dir / "junk.sqlite").string(), empty = (fx.dir / "empty.sqlite").string();

@@ -193,10 +193,11 @@ void write_host(void* ptr, const std::vector<float>& v, DType t, const char* wha
 }
 
 // Targets, the upstream gradients and n_valid. A target outside [0, V) that
-// is not ignore_index is treated as ignored and the first one reported, as the
-// CUDA kernels do, so a caller sees the same behaviour on either device.
-void read_targets_and_grads(const Problem& p, const void* targets, const float* grad_scale, const float* grad_tokens,
-                            int64_t* bad_target, HostCase& in) {
+// is not ignore_index is treated as ignored and the first one returned (for
+// bad_target), as the CUDA kernels do, so a caller sees the same behaviour on
+// either device.
+int64_t read_targets_and_grads(const Problem& p, const void* targets, const float* grad_scale,
+                               const float* grad_tokens, HostCase& in) {
   need_host(targets, "targets");
   const auto n = static_cast<size_t>(p.tokens);
   in.targets.resize(n);
@@ -215,7 +216,6 @@ void read_targets_and_grads(const Problem& p, const void* targets, const float* 
     }
     ++in.n_valid;
   }
-  if (bad_target) *bad_target = bad;
   // The backend reads a per-token scale for every row, forward only too.
   if (p.loss.reduction == Reduction::none) in.grad_tokens.assign(n, 0.0f);
   if (p.mode == Mode::forward_backward) {
@@ -227,10 +227,17 @@ void read_targets_and_grads(const Problem& p, const void* targets, const float* 
       in.grad_scale = *grad_scale;
     }
   }
+  return bad;
+}
+
+// The outputs every call writes; each family checks its gradients' too, all
+// before anything is read or written, so a refused call leaves the caller's
+// outputs as they were (loss and bad_target used to be written first).
+void need_losses(const float* loss, const float* token_loss, const float* lse) {
+  need_host(loss, "loss"), need_host(token_loss, "token_loss"), need_host(lse, "lse");
 }
 
 void write_losses(const Problem& p, const HostOutputs& out, float* loss, float* token_loss, float* lse) {
-  need_host(loss, "loss"), need_host(token_loss, "token_loss"), need_host(lse, "lse");
   *loss = out.loss;
   std::copy(out.token_loss.begin(), out.token_loss.end(), token_loss);
   std::copy(out.lse.begin(), out.lse.end(), lse);
@@ -238,14 +245,20 @@ void write_losses(const Problem& p, const HostOutputs& out, float* loss, float* 
 }
 
 void run_flce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const celtune_flce_args& a) {
+  need_losses(a.loss, a.token_loss, a.lse);
+  if (p.mode == Mode::forward_backward) {
+    need_host(a.dx, "dx"), need_host(a.dw, "dw");
+    if (p.bias) need_host(a.db, "db");
+  }
   HostCase in;
   const size_t nh = element_count(p.tokens, p.hidden, "x"), vh = element_count(p.vocab, p.hidden, "w");
   in.x = read_host(a.x, nh, p.dtype, "x");
   in.w = read_host(a.w, vh, p.dtype, "w");
   if (p.bias) in.b = read_host(a.bias, static_cast<size_t>(p.vocab), p.dtype, "bias");
-  read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, a.bad_target, in);
+  const int64_t bad = read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, in);
   const HostOutputs out = cpu.run(p, c, in);
   write_losses(p, out, a.loss, a.token_loss, a.lse);
+  if (a.bad_target) *a.bad_target = bad;
   if (p.mode == Mode::forward_backward) {
     write_host(a.dx, out.dx, p.dtype, "dx");
     write_host(a.dw, out.dw, p.dtype, "dw");
@@ -254,11 +267,14 @@ void run_flce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const c
 }
 
 void run_ce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const celtune_ce_args& a) {
+  need_losses(a.loss, a.token_loss, a.lse);
+  if (p.mode == Mode::forward_backward) need_host(a.dz, "dz");
   HostCase in;
   in.logits = read_host(a.logits, element_count(p.tokens, p.vocab, "logits"), p.dtype, "logits");
-  read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, a.bad_target, in);
+  const int64_t bad = read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, in);
   const HostOutputs out = cpu.run(p, c, in);
   write_losses(p, out, a.loss, a.token_loss, a.lse);
+  if (a.bad_target) *a.bad_target = bad;
   // dz may equal logits (in place): the logits were copied into `in` above.
   if (p.mode == Mode::forward_backward) write_host(a.dz, out.grad_logits, p.dtype, "dz");
 }

@@ -81,10 +81,14 @@ TEST_CASE("CPU context: flce through the C API equals the CPU backend, bit for b
       REQUIRE(celtune_flce(ctx, &a, nullptr) == CELTUNE_OK);
       CHECK(bad == 3);
       CHECK(tl[3] == 0.0f);
-      // Missing host pointers are usage errors with the name, not crashes.
+      // Missing host pointers are usage errors with the name, not crashes, and
+      // a refused call writes nothing (the loss and bad_target once were).
       a.dw = nullptr;
+      loss = -1.0f, bad = -7;
       CHECK(celtune_flce(ctx, &a, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
       CHECK(std::string(celtune_last_error(ctx)).find("dw") != std::string::npos);
+      CHECK(loss == -1.0f);
+      CHECK(bad == -7);
       celtune_destroy(ctx);
     }
   }

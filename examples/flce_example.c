@@ -2,7 +2,9 @@
  * and backward for one shape, the config resolved from the database (or the
  * built-in default), and the loss checked against a plain fp64 loop.
  *
- * Build with pkg-config alone:
+ * Build with pkg-config alone, against an install built with CUDA (its
+ * celtune.pc carries the CUDA runtime's flags; a CPU-only build's has none, and
+ * this example calls the CUDA runtime itself):
  *   cc flce_example.c $(pkg-config --cflags --libs celtune) -lm -o flce_example
  * Exit: 0 loss matches, 1 it does not, 77 no CUDA device. */
 #include <celtune/celtune.h>

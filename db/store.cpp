@@ -621,6 +621,9 @@ std::vector<BestEntry> Store::best_entries() const {
 }
 
 std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
+  // The runtime's reader too: a row whose config was deleted used to vanish
+  // from its lookups without a word; now the database is damaged, as for list.
+  check_references();
   std::vector<BestEntry> out;
   Stmt s(db_, path_,
          (std::string("SELECT ") + kDeviceCols + kBestSelect +

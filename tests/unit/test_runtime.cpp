@@ -190,6 +190,24 @@ TEST_CASE("a malformed CELTUNE_BUSY_TIMEOUT_MS: one warning and the default wait
   unsetenv("CELTUNE_BUSY_TIMEOUT_MS");
 }
 
+TEST_CASE("a best row whose config row is gone: one warning naming the damage, then the next source") {
+  // The lookup's join dropped such a row without a word (the C API probe).
+  Fixture fx;
+  {
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(fx.db.c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw, "PRAGMA foreign_keys = OFF; DELETE FROM configs", nullptr, nullptr, nullptr) ==
+            SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  std::ostringstream warn;
+  runtime::Resolver r(fx.db, fx.h100, kKernelSourceHash, warn);
+  for (int n : {4096, 8192}) CHECK(r.resolve(Fixture::problem(n), nullptr).source == runtime::Source::default_config);
+  const std::string w = warn.str();
+  CHECK(std::count(w.begin(), w.end(), '\n') == 1);
+  CHECK(w.find("refers to a missing row") != std::string::npos);
+}
+
 TEST_CASE("unusable databases: one warning, then the defaults; nothing is created or changed") {
   Fixture fx;
   const std::string junk = (fx.dir / "junk.sqlite").string(), empty = (fx.dir / "empty.sqlite").string();

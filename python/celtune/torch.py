@@ -119,16 +119,16 @@ def _kernel_ignore(ignore_index: int, vocab: int, target_dtype: torch.dtype) -> 
     return torch.iinfo(target_dtype).min if 0 <= ignore_index < vocab else ignore_index
 
 
-def _kernel_targets(target: Tensor, ignore_index: int, vocab: int) -> tuple[Tensor, int]:
-    """The targets and ignore_index the library is given for the caller's (see _kernel_ignore)."""
+def _kernel_targets(target: Tensor, ignore_index: int, vocab: int) -> Tensor:
+    """The targets the library is given for the caller's (see _kernel_ignore)."""
     ign = _kernel_ignore(ignore_index, vocab, target.dtype)
     if ign == ignore_index:
-        return target.contiguous(), ign
+        return target.contiguous()
     t = torch.where(target == ignore_index, torch.full_like(target, ign), target)
     # A target that already held that value is out of range, not ignored: it
     # becomes V, which the kernels report like any other (the message reads the
     # caller's tensor, so it names the value passed).
-    return torch.where(target == ign, torch.full_like(target, vocab), t), ign
+    return torch.where(target == ign, torch.full_like(target, vocab), t)
 
 
 def _dtype_code(t: Tensor, what: str) -> int:
@@ -194,7 +194,7 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
     N, V = x.shape[0], w.shape[0]
-    tgt, _ = _kernel_targets(target, ignore_index, V)
+    tgt = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
     bad = torch.empty((), dtype=torch.int64, device=x.device)
     one = torch.ones((), dtype=torch.float32, device=x.device)
@@ -226,7 +226,7 @@ def _upstream(a, grad: Tensor, reduction: int) -> Tensor:
         a.grad_tokens = _ptr(g)
     else:
         a.grad_scale = _ptr(g)
-    return g  # kept alive by the caller until the call returns
+    return g  # the caller holds it until the call returns
 
 
 @torch.library.custom_op("celtune::flce_backward", mutates_args=())
@@ -238,7 +238,7 @@ def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor],
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
                    _lib.FORWARD_BACKWARD)
     N = x.shape[0]
-    tgt, _ = _kernel_targets(target, ignore_index, w.shape[0])
+    tgt = _kernel_targets(target, ignore_index, w.shape[0])
     g = _upstream(a, grad, reduction)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
     dx, dw = torch.empty_like(x), torch.empty_like(w)
@@ -247,7 +247,6 @@ def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor],
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
     a.dx, a.dw, a.db = _ptr(dx), _ptr(dw), _ptr(db)
     _run(_lib.Context.flce, _device_index(x.device), a)
-    del g
     return dx, dw, db
 
 
@@ -330,7 +329,7 @@ def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smooth
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _ce_args(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
     N, V = logits.shape
-    tgt, _ = _kernel_targets(target, ignore_index, V)
+    tgt = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), logits), _f32((N,), logits), _f32((N,), logits)
     bad = torch.empty((), dtype=torch.int64, device=logits.device)
     one = torch.ones((), dtype=torch.float32, device=logits.device)
@@ -339,7 +338,6 @@ def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smooth
     g = _upstream(a, *upstream) if upstream is not None else None
     a.loss, a.token_loss, a.lse, a.bad_target = _ptr(loss), _ptr(token_loss), _ptr(lse), _ptr(bad)
     _run(_lib.Context.ce, _device_index(logits.device), a)
-    del g
     if upstream is None:
         _raise_bad_target(bad, target, V, ignore_index)
     return loss, token_loss, lse
@@ -482,17 +480,21 @@ def _same_device(*named) -> None:
                                          "all tensors must be on one device")
 
 
+def _resolve(args, index: int) -> tuple[str, str]:
+    """The config JSON and source tag a call with these args would use (no kernel runs)."""
+    ctx = _context(index)
+    if index < 0:
+        return ctx.config(args)
+    with torch.cuda.device(index):
+        return ctx.config(args)
+
+
 def _check_no_tokens(args, device: torch.device) -> None:
     # The library refuses N = 0, so an empty batch never reaches it; its rules
     # for dtypes, options and configs still apply: the same arguments with one
-    # token are resolved (no kernel runs), which raises what a call would.
+    # token are resolved, which raises what a call would.
     args.tokens = 1
-    index = _device_index(device)
-    if index >= 0:
-        with torch.cuda.device(index):
-            _context(index).config(args)
-    else:
-        _context(index).config(args)
+    _resolve(args, _device_index(device))
 
 
 def _no_tokens(logits: Tensor, red: int, shape) -> Tensor:
@@ -646,12 +648,7 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
         args, family, device = _flce_args(x, weight, tgt, bias, ign, *opts), "flce", x.device
         args.bias = 1 if bias is not None else None  # only its presence matters to the lookup
     index = _device_index(device)
-    ctx = _context(index)
-    if index >= 0:
-        with torch.cuda.device(index):
-            js, tag = ctx.config(args)
-    else:
-        js, tag = ctx.config(args)
+    js, tag = _resolve(args, index)
     return {"family": family, "config": json.loads(js), "source": tag,
             "device": "cpu" if index < 0 else f"cuda:{index}"}
 

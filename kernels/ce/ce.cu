@@ -289,6 +289,15 @@ struct ThreadStats {
   float m = kNegInf, d = 0.0f, zs = 0.0f;
 };
 
+// One masked tile of a sweep: this thread's elements from `start` up to `limit`.
+template <typename T, int ELEMS, bool kPlain = false>
+__device__ __forceinline__ void fold_masked(const T* row, int64_t start, int64_t limit, int64_t v0,
+                                            const LossParams& p, ThreadStats& t) {
+  float x[ELEMS];
+  load_masked<T, ELEMS>(row, start, limit, x);
+  fold_tile<T, ELEMS, kPlain>(p, v0 + start, limit - start, x, t.m, t.d, t.zs);
+}
+
 // Folds this thread's share of `cols` elements of a row (problem column v0 first)
 // into t. `cache` (the fused one-block path) receives the wide-loaded elements so
 // the gradient sweep can read them from shared memory instead of device memory.
@@ -297,12 +306,7 @@ __device__ __forceinline__ void thread_stats(const T* row, int64_t cols, int64_t
                                              int64_t cache_elems, ThreadStats& t) {
   const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
   const Sweep<T, ELEMS> sw(row, row, cols, block);
-  auto masked = [&](int64_t base, int64_t limit) {
-    const int64_t start = base + mine;
-    float x[ELEMS];
-    load_masked<T, ELEMS>(row, start, limit, x);
-    fold_tile<T, ELEMS>(p, v0 + start, limit - start, x, t.m, t.d, t.zs);
-  };
+  auto masked = [&](int64_t base, int64_t limit) { fold_masked<T, ELEMS>(row, base + mine, limit, v0, p, t); };
   auto keep = [&](const Raw<T, ELEMS>& r, int64_t start) {
     if (start - sw.head + ELEMS <= cache_elems) r.store(cache + (start - sw.head));
   };
@@ -334,6 +338,58 @@ __device__ __forceinline__ void thread_stats(const T* row, int64_t cols, int64_t
       float x[ELEMS];
       r.to_float(x);
       fold_tile<T, ELEMS>(p, v0 + start, ELEMS, x, t.m, t.d, t.zs);
+    } else {
+      masked(sw.body_end, cols);
+    }
+  }
+}
+
+// thread_stats for part_kernel_64's plain logits (no bias, softcap or smoothing;
+// no cache; 16-bit, 8 elements a thread), where the split statistics are issue-bound
+// (V = 32000, N = 1024 on the H200: 61% of cycles issuing, ~16 instructions an
+// element). Whole tiles fold without the per-tile tests, their offsets count in
+// 32 bits (the caller checks the row fits), and in the steady state each tile's
+// successor D tiles on is loaded without a condition, so it lands in the
+// registers just converted: ~64 instructions a tile of 8 bf16 against ~85. Wider
+// tiles keep thread_stats: this sweep raised their registers past the occupancy
+// they need at large N (docs/results.md, thirty-first session).
+template <typename T, int ELEMS>
+__device__ __forceinline__ void plain_stats(const T* row, int64_t cols, int64_t v0, const LossParams& p,
+                                            ThreadStats& t) {
+  const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
+  const Sweep<T, ELEMS> sw(row, row, cols, block);
+  auto masked = [&](int64_t base, int64_t limit) { fold_masked<T, ELEMS, true>(row, base + mine, limit, v0, p, t); };
+  if (sw.head > 0)
+    for (int64_t base = 0; base < sw.head; base += block) masked(base, sw.head);
+  const T* const body = row + sw.head;
+  const int n_full = static_cast<int>(sw.n_full), step = static_cast<int>(block), first = static_cast<int>(mine);
+  constexpr int D = kDepth<T, ELEMS>;
+  Raw<T, ELEMS> buf[D];
+#pragma unroll
+  for (int j = 0; j < D; ++j)
+    if (j < n_full) buf[j].load(body + j * step + first);
+  auto group = [&](int q, auto steady) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      if (!decltype(steady)::value && q + j >= n_full) break;
+      const int off = (q + j) * step + first;
+      float x[ELEMS];
+      buf[j].to_float(x);
+      if (decltype(steady)::value || q + j + D < n_full) buf[j].load(body + off + D * step);
+      fold_tile<T, ELEMS, true>(p, 0, ELEMS, x, t.m, t.d, t.zs);
+    }
+  };
+  int q = 0;
+  for (; q + 2 * D <= n_full; q += D) group(q, std::true_type{});
+  for (; q < n_full; q += D) group(q, std::false_type{});
+  if (sw.body_end < cols) {
+    const int64_t start = sw.body_end + mine;
+    if (start + ELEMS <= cols) {
+      Raw<T, ELEMS> r;
+      r.load(row + start);
+      float x[ELEMS];
+      r.to_float(x);
+      fold_tile<T, ELEMS, true>(p, v0 + start, ELEMS, x, t.m, t.d, t.zs);
     } else {
       masked(sw.body_end, cols);
     }
@@ -394,11 +450,15 @@ __device__ __forceinline__ float target_logit(const LossParams& p, const T* row,
   return p.softcap > 0.0f ? softcap_fast(z, p.softcap, 1.0f / p.softcap) : z;
 }
 
-// The row's loss from its merged statistics (flce-math.md step 5).
+// The row's loss from its merged statistics (flce-math.md step 5). Without
+// label smoothing its term is left out, not multiplied by 0: a logit of −inf
+// (a masked column) makes Σẑ −inf, and 0·(−inf) was a NaN loss where PyTorch's
+// is finite (as is every other output here).
 __device__ __forceinline__ float row_loss(const LossParams& p, float L, float zs, float zt, int64_t y) {
   if (!valid_target(p, y)) return 0.0f;
   const float eps = p.label_smoothing;
-  return (1.0f - eps) * (L - zt) + eps * (L - zs / static_cast<float>(p.vocab)) + p.z_loss * L * L;
+  const float smooth = eps > 0.0f ? eps * (L - zs / static_cast<float>(p.vocab)) : 0.0f;
+  return (1.0f - eps) * (L - zt) + smooth + p.z_loss * L * L;
 }
 
 // dZ = c·((1+2λL)p − (1−ε)[j=y] − ε/V)·(1 − (ẑ/s)²) for one row once L is final:
@@ -657,13 +717,21 @@ struct BulkSpan {
 // The ce family's statistics: block b folds segment b % splits of row b / splits.
 // With one segment the row is complete: L and the loss are written directly;
 // otherwise the partial goes to `parts` for merge_parts_kernel.
-template <typename T, int ELEMS>
-__global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts, float* lse,
-                            float* token_loss) {
+template <typename T, int ELEMS, bool kPlainSweep>
+__device__ __forceinline__ void part_segment(const TileView& v, const LossParams& p, int64_t seg, int splits,
+                                             float4* parts, float* lse, float* token_loss) {
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, v0 = v.v0 + g.c0;
   const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
-  const Partial s = row_stats<T, ELEMS>(row, g.cols, v0, p, nullptr, 0);
+  Partial s;
+  // Offsets up to a few tiles past the row (a tile is at most 8192 elements here).
+  if (kPlainSweep && plain_logits(p) && g.cols <= INT32_MAX - (int64_t{1} << 20)) {
+    ThreadStats t;
+    plain_stats<T, ELEMS>(row, g.cols, v0, p, t);
+    s = block_partial(t);
+  } else {
+    s = row_stats<T, ELEMS>(row, g.cols, v0, p, nullptr, 0);
+  }
   if (threadIdx.x != 0) return;
   const int64_t y = target_of(p, gr);
   const float zt = target_logit(p, row, v0, g.cols, y);
@@ -674,6 +742,21 @@ __global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, f
   } else {
     parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
   }
+}
+template <typename T, int ELEMS>
+__global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts, float* lse,
+                            float* token_loss) {
+  part_segment<T, ELEMS, false>(v, p, seg, splits, parts, lse, token_loss);
+}
+// 16-bit logits, 8 a thread (the forward's default tile at up to ~1024 rows),
+// with plain_stats for plain logits, at most 64 registers: uncapped it took 72
+// (three blocks of 256 threads an SM, not four). A kernel of its own because
+// __maxnreg__ is a target as well as a cap: on every part_kernel it raised the
+// narrow tiles to 64 and the wide ones to ~104.
+template <typename T>
+__global__ void __maxnreg__(64) part_kernel_64(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
+                                               float* lse, float* token_loss) {
+  part_segment<T, 8, true>(v, p, seg, splits, parts, lse, token_loss);
 }
 
 // One thread per row: the row's partials merged in segment order (deterministic).
@@ -744,21 +827,32 @@ __device__ __forceinline__ V block_reduce(V v, Op op, V identity) {
 // The valid targets among the first `tokens` (count) and the first target outside
 // [0, V) that is not ignore_index (bad, −1 if none), over the whole block; valid
 // in thread 0.
-__device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t tokens, int64_t& count,
-                                                    int64_t& bad) {
-  long long c = 0, b = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
-    const int64_t y = target_of(p, i);
-    if (y == p.ignore_index) continue;
-    if (y < 0 || y >= p.vocab) {
-      b = min(b, static_cast<long long>(i));
-      continue;
-    }
-    ++c;
+// Token i's part of that count: c counts it if valid, b takes i if out of range.
+__device__ __forceinline__ void count_target(const LossParams& p, int64_t i, long long& c, long long& b) {
+  const int64_t y = target_of(p, i);
+  if (y == p.ignore_index) return;
+  if (y < 0 || y >= p.vocab) {
+    b = min(b, static_cast<long long>(i));
+    return;
   }
+  ++c;
+}
+__device__ __forceinline__ void block_targets(long long c, long long b, int64_t& count, int64_t& bad) {
   count = block_reduce(c, [](long long x, long long y) { return x + y; }, 0ll);
   const long long first = block_reduce(b, [](long long x, long long y) { return min(x, y); }, (long long)INT64_MAX);
   bad = first == INT64_MAX ? -1 : first;
+}
+__device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t tokens, int64_t& count,
+                                                    int64_t& bad) {
+  long long c = 0, b = INT64_MAX;
+  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) count_target(p, i, c, b);
+  block_targets(c, b, count, bad);
+}
+
+// The loss from the sum of the token losses (mean: over n valid targets, 0 when none).
+__device__ __forceinline__ float reduced_loss(float total, Reduction red, int64_t n) {
+  if (red != Reduction::mean) return total;
+  return n ? total / static_cast<float>(n) : 0.0f;
 }
 
 // loss from the token losses (mean: over n valid targets, 0 when none); thread 0.
@@ -766,9 +860,7 @@ __device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t
 __device__ __forceinline__ float block_loss(const float* token_loss, int64_t tokens, Reduction red, int64_t n) {
   float acc = 0.0f;
   for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) acc += __ldcg(token_loss + i);
-  const float total = block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f);
-  if (red != Reduction::mean) return total;
-  return n ? total / static_cast<float>(n) : 0.0f;
+  return reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), red, n);
 }
 
 // The end of a call in one launch, run by the whole block that wrote a row's
@@ -1164,8 +1256,12 @@ struct Table {
   static constexpr GradFn grad[kNumElems] = {
       grad_kernel<T, 1>, grad_kernel<T, 2>, grad_kernel<T, 4>, grad_kernel<T, 8>,
       sizeof(T) == 2 ? grad_kernel_80<T> : grad_kernel<T, 16>, grad_kernel<T, 32>};
-  static constexpr PartFn part[kNumElems] = {part_kernel<T, 1>, part_kernel<T, 2>,  part_kernel<T, 4>,
-                                             part_kernel<T, 8>, part_kernel<T, 16>, part_kernel<T, 32>};
+  static constexpr PartFn part[kNumElems] = {part_kernel<T, 1>,
+                                             part_kernel<T, 2>,
+                                             part_kernel<T, 4>,
+                                             sizeof(T) == 2 ? part_kernel_64<T> : part_kernel<T, 8>,
+                                             part_kernel<T, 16>,
+                                             part_kernel<T, 32>};
   static constexpr ClusterFn cluster[kNumElems] = {cluster_kernel<T, 1>, cluster_kernel<T, 2>,
                                                    cluster_kernel<T, 4>, cluster_kernel<T, 8>,
                                                    cluster_kernel<T, 16>, cluster_kernel<T, 32>};
@@ -1204,6 +1300,24 @@ __global__ void reduce_loss_kernel(const float* token_loss, int64_t tokens, Redu
                                    float* loss) {
   const float total = block_loss(token_loss, tokens, red, red == Reduction::mean ? *n_valid : 0);
   if (threadIdx.x == 0) *loss = total;
+}
+
+// count_targets_kernel and reduce_loss_kernel in one pass over the tokens, each
+// token's target and loss loaded together; the losses summed in reduce_loss's
+// order (the same block size), so the loss has the same bits.
+__global__ void count_reduce_kernel(LossParams p, const float* token_loss, int64_t tokens, int64_t* n_valid,
+                                    int64_t* bad_index, float* loss) {
+  long long c = 0, b = INT64_MAX;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
+    acc += __ldcg(token_loss + i);
+    count_target(p, i, c, b);
+  }
+  int64_t count, bad;
+  block_targets(c, b, count, bad);
+  const float total = reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), p.reduction,
+                                   count);
+  if (threadIdx.x == 0) *n_valid = count, *bad_index = bad, *loss = total;
 }
 
 template <typename T>
@@ -1522,6 +1636,12 @@ void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_
 
 void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, float* loss, cudaStream_t st) {
   reduce_loss_kernel<<<1, 1024, 0, st>>>(token_loss, tokens, p.reduction, p.n_valid, loss);
+  CELTUNE_LAUNCHED();
+}
+
+void count_and_reduce(const LossParams& p, const float* token_loss, int64_t tokens, int64_t* n_valid,
+                      int64_t* bad_index, float* loss, cudaStream_t st) {
+  count_reduce_kernel<<<1, 1024, 0, st>>>(p, token_loss, tokens, n_valid, bad_index, loss);
   CELTUNE_LAUNCHED();
 }
 

@@ -146,6 +146,12 @@ void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_
 // one block, fixed order: deterministic.
 void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, float* loss, cudaStream_t st);
 
+// count_targets and then reduce_loss in one launch (the loss with the same bits),
+// for a call whose kernels before it need no count: ce's split statistics, whose
+// token losses are per token and whose gradient (if any) runs after.
+void count_and_reduce(const LossParams& p, const float* token_loss, int64_t tokens, int64_t* n_valid,
+                      int64_t* bad_index, float* loss, cudaStream_t st);
+
 // db[v0 + j] += Σ_r dZ[r, j] over the tile's rows, fp32; one thread per column.
 // With row_scale, dZ[r, j] = row_scale[r]·tile[r, j] (scaled_dz_rows), 0 where
 // the scale is 0.

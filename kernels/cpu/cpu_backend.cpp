@@ -186,8 +186,10 @@ class Runner {
       out.lse[static_cast<size_t>(r0 + r)] = L;
       const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
       float loss = 0.0f;
-      if (y != p_.loss.ignore_index)
-        loss = (1 - eps_) * (L - st.z_target) + eps_ * (L - st.z_sum / static_cast<float>(V_)) + lam_ * L * L;
+      if (y != p_.loss.ignore_index) {  // no smoothing: its term left out, not 0·(−inf) at a −inf logit
+        const float smooth = eps_ > 0 ? eps_ * (L - st.z_sum / static_cast<float>(V_)) : 0.0f;
+        loss = (1 - eps_) * (L - st.z_target) + smooth + lam_ * L * L;
+      }
       out.token_loss[static_cast<size_t>(r0 + r)] = loss;
       scale_[static_cast<size_t>(r)] = static_cast<float>(token_grad_scale(p_, in_, r0 + r));
     }

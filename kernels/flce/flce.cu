@@ -99,8 +99,12 @@ struct Layout {
   // cluster of one), which needs no partials, or, split among more blocks than
   // a cluster holds, spread over the GPU with partials in global memory
   // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
+  // ce_count_late: the split statistics (not fused) count the targets after their
+  // kernels, in the launch that reduces the loss: their token losses need no
+  // count, and a forward at ~1000 rows is tens of µs, of which each launch of
+  // one block is a few.
   int ce_splits = 1;
-  bool ce_cluster = false, ce_spread = false, ce_one_launch = false;
+  bool ce_cluster = false, ce_spread = false, ce_one_launch = false, ce_count_late = false;
   // scaled_dz: the scaled X goes to dX's rows of the chunk until dX's GEMM
   // overwrites them, and row_scale holds each row's sampled reference (no
   // softcap) until scaled_dz_rows writes a_i there, so neither costs scratch.
@@ -128,6 +132,7 @@ struct Layout {
       ce_spread = c.fused && ce_splits > kCeMaxClusterBlocks;
       ce_cluster = c.fused && !ce_spread;
       ce_one_launch = c.fused && N > 0 && N <= kCeOneLaunchTokens;
+      ce_count_late = !c.fused;
     }
     if (fused) {
       const int v = logits_variant(c);
@@ -338,7 +343,7 @@ Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const 
   // cuBLASLt's split-K reduction reads workspace that initcheck reports as never
   // written (N·V > 2^31, H = 64): zeroed, so nothing depends on what it held.
   if (L.ws_bytes) CELTUNE_CUDA(cudaMemsetAsync(base + L.ws, 0, L.ws_bytes, st));
-  if (!L.ce_one_launch) count_targets(out.lp, L.N, n_valid, bad, st);
+  if (!L.ce_one_launch && !L.ce_count_late) count_targets(out.lp, L.N, n_valid, bad, st);
   return out;
 }
 }  // namespace
@@ -511,9 +516,10 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
     ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st, L.bwd, run.one);
   } else {
     ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st);
+    count_and_reduce(lp, a.token_loss, L.N, run.one.n_valid, run.one.bad, a.loss, st);  // ce_count_late
     if (L.bwd) ce_grad(all, lp, a.lse, run.launch, st, L.vc);
   }
-  if (!L.ce_one_launch) reduce_loss(a.token_loss, L.N, lp, a.loss, st);
+  if (!L.ce_one_launch && !L.ce_count_late) reduce_loss(a.token_loss, L.N, lp, a.loss, st);
 }
 
 }  // namespace celtune::cuda

@@ -37,8 +37,10 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
   const bool valid = target != p.loss.ignore_index;
   double loss = 0.0;
   if (valid) {  // step 4
-    loss = (1 - eps) * (L - zh[static_cast<size_t>(target)]) + eps * (L - zsum / static_cast<double>(V)) +
-           lam * L * L;
+    // No smoothing: its term left out, not 0·(−inf) where a logit is −inf
+    // (PyTorch computes it only for a smoothing above 0).
+    const double smooth = eps > 0 ? eps * (L - zsum / static_cast<double>(V)) : 0.0;
+    loss = (1 - eps) * (L - zh[static_cast<size_t>(target)]) + smooth + lam * L * L;
   }
   if (dz) {
     for (int64_t j = 0; j < V; ++j) {

@@ -112,7 +112,8 @@ __global__ void three_pass_ce(float* z, const float* bias, const int64_t* target
     lse[i] = L;
     float loss = 0.0f;
     if (valid)
-      loss = static_cast<float>((1.0 - q.eps) * (L - row[t]) + q.eps * (L - zsum / static_cast<double>(q.V)) +
+      loss = static_cast<float>((1.0 - q.eps) * (L - row[t]) +
+                                (q.eps > 0 ? q.eps * (L - zsum / static_cast<double>(q.V)) : 0.0) +  // as fp64.cpp
                                 static_cast<double>(q.lam) * L * L);
     token_loss[i] = loss;
   }

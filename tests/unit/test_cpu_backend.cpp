@@ -96,6 +96,44 @@ TEST_CASE("NaN in the inputs gives a NaN loss, no crash") {
   CHECK(std::isfinite(out.lse[0]));
 }
 
+TEST_CASE("a -inf logit (a masked column): PyTorch's finite loss without smoothing, +inf with it") {
+  // 0·(−inf) in the smoothing term made the loss NaN at label smoothing 0, with
+  // the LSE and the gradients finite and right (found by the C API probe).
+  for (double eps : {0.0, 0.1})
+    for (int64_t v_chunk : {int64_t{0}, int64_t{16}}) {  // one pass, and chunks merged online
+      CAPTURE(eps);
+      CAPTURE(v_chunk);
+      Problem p;
+      p.family = Family::ce, p.tokens = 3, p.hidden = 0, p.vocab = 50, p.dtype = DType::fp32;
+      p.mode = Mode::forward_backward, p.loss.label_smoothing = eps;
+      HostCase in = make_case(p, CaseSpec{.seed = 3, .ignore_fraction = 0.0});
+      in.targets = {1, 7, 49};
+      for (int64_t r = 0; r < p.tokens; ++r) in.logits[static_cast<size_t>(r * 50 + 20)] = -INFINITY;
+      KernelConfig c;
+      c.block_size = 16, c.v_chunk = v_chunk;
+      const HostOutputs out = cpu::run(p, c, in);
+      const RefOutputs ref = reference::run(p, in);
+      if (eps > 0) {
+        CHECK((std::isinf(out.loss) && out.loss > 0));
+        CHECK((std::isinf(ref.loss) && ref.loss > 0));
+        continue;
+      }
+      double mean = 0;
+      for (int64_t r = 0; r < p.tokens; ++r) {
+        double s = 0;  // log Σ exp over the other columns, minus the target's logit
+        for (int64_t j = 0; j < 50; ++j)
+          if (j != 20) s += std::exp(double(in.logits[static_cast<size_t>(r * 50 + j)]));
+        const double want = std::log(s) - in.logits[static_cast<size_t>(r * 50 + in.targets[static_cast<size_t>(r)])];
+        CHECK(out.token_loss[static_cast<size_t>(r)] == doctest::Approx(want).epsilon(1e-5));
+        CHECK(ref.token_loss[static_cast<size_t>(r)] == doctest::Approx(want).epsilon(1e-12));
+        CHECK(out.grad_logits[static_cast<size_t>(r * 50 + 20)] == 0.0f);
+        mean += want / 3;
+      }
+      CHECK(out.loss == doctest::Approx(mean).epsilon(1e-5));
+      for (float g : out.grad_logits) CHECK(std::isfinite(g));
+    }
+}
+
 TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, never a silent substitute") {
   auto backend = cpu::make_backend();
   const auto small = default_matrix(11);

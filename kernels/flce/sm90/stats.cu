@@ -80,8 +80,9 @@ __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sum
   const float L = m + logf(d);
   float loss = 0.0f;
   if (is_valid(p, target_at(p, gr))) {
-    const float eps = p.label_smoothing;
-    loss = (1.0f - eps) * (L - z_target[gr]) + eps * (L - zs / static_cast<float>(p.vocab)) + p.z_loss * L * L;
+    const float eps = p.label_smoothing;  // its term left out at 0, as in ce's row_loss (a −inf bias)
+    const float smooth = eps > 0.0f ? eps * (L - zs / static_cast<float>(p.vocab)) : 0.0f;
+    loss = (1.0f - eps) * (L - z_target[gr]) + smooth + p.z_loss * L * L;
   }
   lse[gr] = L;
   token_loss[gr] = loss;

@@ -356,7 +356,9 @@ for s in $steps; do
       # Two staged builds against each other: AB_BASE (default .gpu-old, the
       # base, staged with `scripts/gpu_stage.sh .gpu-old` at the base commit)
       # against .gpu, each bench a fresh process, the builds interleaved for
-      # AB_ROUNDS rounds (default 2) so drift over the call reaches both alike.
+      # AB_ROUNDS rounds (default 2) so drift over the call reaches both alike,
+      # in the order A B, B A, A B, ...: always A first left a steady 0.3-0.6% on
+      # B's long cases where the kernels differed only in scheduling (8167981).
       #   AB_CASES   ';'-separated `celtune bench` argument lists (default: ce
       #              forward and forward+backward at the shapes the ce bars and
       #              the split-statistics forward turn on)
@@ -368,7 +370,9 @@ for s in $steps; do
       t0=$(date +%s)
       : >"$OUT/ab.csv"
       for round in $(seq ${AB_ROUNDS:-2}); do
-        for build in "$base" "$B"; do
+        order=("$base" "$B")
+        [ $((round % 2)) -eq 0 ] && order=("$B" "$base")
+        for build in "${order[@]}"; do
           echo "## $(paste -sd '' $build/REVISION 2>/dev/null)@$build $round" >>"$OUT/ab.csv"
           for c in "${cases[@]}"; do
             # shellcheck disable=SC2086  # each case is a list of arguments

@@ -109,12 +109,17 @@ std::vector<std::pair<std::string, bool>> Resolver::databases() {
   return out;
 }
 
-std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p) const {
+std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p, const std::string& db_path) {
   const KernelConfig& c = e.config;
+  // Damage first: a row edited by hand or corrupted was skipped in silence
+  // unless CELTUNE_LOG=1 (the C API probe), where list and tune warn.
+  if (const std::string rule = db::broken_record(e); !rule.empty()) {
+    if (damage_warned_.insert(db_path + '\n' + e.device.name + '\n' + e.problem.key()).second)
+      warn_ << "celtune: warning: " << db::broken_best_note(db_path, e) << "; skipped, using the next source\n";
+    return "the stored row is damaged: " + rule;
+  }
   if (const std::string rule = db::broken_rule(p, c); !rule.empty())
     return "config " + celtune::to_string(c) + " does not fit " + p.key() + ": " + rule;
-  if (const std::string rule = db::broken_record(e); !rule.empty())
-    return "the stored row is damaged: " + rule;
   if (checks_.supports)
     if (std::string why = checks_.supports(p, c); !why.empty())
       return "config " + celtune::to_string(c) + " is not supported here: " + why;
@@ -175,10 +180,12 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   // The built-in default for this device (the fused forward where it runs).
   auto runs = [this, &p](const KernelConfig& c) { return checks_.supports && checks_.supports(p, c).empty(); };
   Resolved r{device_default(p, runs), Source::default_config, std::nullopt, {}, {}, {}};
-  auto fits = [this](const db::BestEntry& e, db::Tier t, const Problem& q) { return this->fits(e, t, q); };
   for (Db& d : dbs_) {
     db::Store* store = open(d);
     if (!store) continue;
+    auto fits = [this, &d](const db::BestEntry& e, db::Tier t, const Problem& q) {
+      return this->fits(e, t, q, d.where.path);
+    };
     try {
       db::LookupResult found = db::lookup(*store, device_, p, hash_, fits);
       for (auto& s : found.skipped) r.skipped.push_back(d.where.path + ": " + s);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,7 +82,10 @@ class Resolver {
     std::unique_ptr<db::Store> store;
   };
   db::Store* open(Db& d);
-  std::string fits(const db::BestEntry& e, db::Tier t, const Problem& p) const;
+  // "" when row e (from the database at db_path) serves p at tier t, else why
+  // not. A row that breaks a rule for its own problem is damage (import never
+  // stores one): it is also warned about once, as list and tune name it.
+  std::string fits(const db::BestEntry& e, db::Tier t, const Problem& p, const std::string& db_path);
   void log(const Problem& p, const Resolved& r);
   std::vector<Db> dbs_;
   DeviceInfo device_;
@@ -90,6 +94,7 @@ class Resolver {
   DeviceChecks checks_;
   std::map<std::string, Resolved> cache_;
   std::map<std::string, bool> logged_;  // configs from the call or CELTUNE_CONFIG, logged once per problem
+  std::set<std::string> damage_warned_;  // damaged rows already warned about
   bool log_ = false;
   int busy_ms_ = db::kDefaultBusyTimeoutMs;  // for every database it opens (read once)
 };

@@ -208,6 +208,39 @@ TEST_CASE("a best row whose config row is gone: one warning naming the damage, t
   CHECK(w.find("refers to a missing row") != std::string::npos);
 }
 
+TEST_CASE("a damaged best row (a median of -1 ms): one warning naming row and rule, then the next candidate") {
+  // Such a row was skipped in silence unless CELTUNE_LOG=1 (the C API probe),
+  // where list and tune name it.
+  Fixture fx;
+  {
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(fx.db.c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw,
+                         "UPDATE best SET median_ms = -1 WHERE kernel_hash <> 'stale-hash' AND problem_id = "
+                         "(SELECT b.problem_id FROM best b JOIN configs c ON c.id = b.config_id "
+                         "WHERE c.json LIKE '%\"row_chunk\":1024%')",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    CHECK(sqlite3_changes(raw) == 1);
+    sqlite3_close(raw);
+  }
+  std::ostringstream warn;
+  runtime::Resolver r(fx.db, fx.h100, kKernelSourceHash, warn);
+  // N = 4096's own row is damaged: the nearest sound row (16384) serves, at
+  // 4096 and again at 6000, with one warning between them.
+  for (int n : {4096, 6000, 4096}) {
+    const auto got = r.resolve(Fixture::problem(n), nullptr);
+    CHECK(got.source == runtime::Source::nearest);
+    REQUIRE(got.entry);
+    CHECK(got.entry->problem.tokens == 16384);
+  }
+  const std::string w = warn.str();
+  CAPTURE(w);
+  CHECK(std::count(w.begin(), w.end(), '\n') == 1);
+  CHECK(w.find("celtune: warning: database " + fx.db) == 0);
+  CHECK(w.find("N4096") != std::string::npos);
+  CHECK(w.find("breaks a rule") != std::string::npos);
+}
+
 TEST_CASE("unusable databases: one warning, then the defaults; nothing is created or changed") {
   Fixture fx;
   const std::string junk = (fx.dir / "junk.sqlite").string(), empty = (fx.dir / "empty.sqlite").string();

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] …
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/celtune-out}
@@ -255,6 +255,23 @@ for s in $steps; do
         done
         note "cesweep V=$V: $(( $(date +%s) - t0 )) s"
       done
+      ;;
+    cetable)
+      # ce's device default against its floor, each shape a fresh bench process
+      # (inside one process, after other rows have allocated and freed memory,
+      # the same kernels ran up to 30% slower): issue 13's table of x floor by
+      # vocabulary, mode and token count (scripts/ce_table.py).
+      #   CE_VOCABS, CE_TOKENS, CE_RUNS override the shapes and the timed runs.
+      t0=$(date +%s)
+      : >"$OUT/cetable.csv"
+      for V in ${CE_VOCABS:-32000 50257 128256 256000}; do
+        for N in ${CE_TOKENS:-1 4 16 64 256 512 1024 2048 4096 8192 16384 32768}; do
+          $B/celtune bench --family ce --shape $N,0,$V --mode fwd,fwdbwd --runs ${CE_RUNS:-30} --csv \
+            >>"$OUT/cetable.csv" 2>>"$OUT/cetable.err" || note "cetable: bench $N,0,$V failed"
+        done
+      done
+      note "cetable: $(( $(date +%s) - t0 )) s"
+      python3 scripts/ce_table.py "$OUT/cetable.csv" | tee "$OUT/cetable.txt"
       ;;
     cencu)
       # Kernel time (ncu, clocks as found) of the ce kernels at a few rows, spread

@@ -847,10 +847,17 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
 
 namespace {
 // impl fused is built for sm_90 only (kernels/flce/sm90): a row that names it for
-// another device could never have been measured there.
+// another device could never have been measured there. Tuned cuBLASLt algorithms
+// are found on the row's own device (tune stores its cuBLASLt version with them),
+// so one naming another version could not have been measured either, and the
+// runtime skips it: imported over a sound row, it left the shape untuned.
 void check_runs_on(const DeviceInfo& d, const KernelConfig& c) {
   if (c.impl == KernelConfig::Impl::fused && d.arch != "sm_90")
     fail_usage("impl fused runs on sm_90 only; this row's device is " + d.arch.substr(0, 64));
+  if (!c.gemm_algos.empty() && c.gemm_algos_cublaslt != d.cublaslt_version)
+    fail_usage("gemm_algos were tuned with cuBLASLt " + std::to_string(c.gemm_algos_cublaslt) +
+               ", but this row's device has " + std::to_string(d.cublaslt_version) +
+               ": algorithms are tuned on the row's own device");
 }
 }  // namespace
 

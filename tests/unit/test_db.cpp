@@ -298,6 +298,32 @@ TEST_CASE("store: import refuses out-of-range numbers (found by fuzzing)") {
   CHECK(s.best_entries().empty());
 }
 
+TEST_CASE("store: a row's tuned cuBLASLt algorithms must be its own device's version; import refuses others") {
+  // The CLI probe imported such a row over a sound one: the runtime then skipped
+  // it (another cuBLASLt), and the shape ran untuned.
+  TempDir t;
+  const DeviceInfo d = fictional();  // cuBLASLt 130000
+  db::BestEntry b = best(d, 4096, 2.0, 256);
+  b.config.gemm_algos = {std::string(128, '0'), "", ""};
+  b.config.gemm_algos_cublaslt = d.cublaslt_version;
+  CHECK_NOTHROW(db::check_record(b));
+  b.config.gemm_algos_cublaslt = 130100;
+  CHECK_THROWS_WITH_AS(db::check_record(b), doctest::Contains("cuBLASLt 130100"), Error);
+  db::Measurement m = meas(d, 4096, 256);
+  m.config.gemm_algos = b.config.gemm_algos, m.config.gemm_algos_cublaslt = 130100;
+  CHECK_THROWS_WITH_AS(db::check_record(m), doctest::Contains("own device"), Error);
+  // Through import: the sound stored row stays, byte for byte.
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  s.put_best(best(d, 4096, 4.0, 256));
+  const std::string before = export_text(s);
+  std::string line = exported_best(t);
+  const auto at = line.find("\"config\":{");
+  REQUIRE(at != std::string::npos);
+  line.insert(at + 10, "\"gemm_algos\":[\"" + std::string(128, '0') + "\",\"\",\"\"],\"gemm_algos_cublaslt\":130100,");
+  expect_refused(s, line, "own device");
+  CHECK(export_text(s) == before);
+}
+
 TEST_CASE("store: import refuses a kernel hash that is not hex and a failure without a reason") {
   const DeviceInfo d = fictional();
   db::BestEntry b = best(d, 4096, 10.0, 2048);

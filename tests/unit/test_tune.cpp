@@ -149,6 +149,8 @@ TEST_CASE("guided search measures an earlier winner for the same GPU and problem
     db::BestEntry b;
     b.device = backend.device();
     b.device.name = device;
+    // Tuned under an older cuBLASLt, as the row's device then reported it.
+    b.device.cublaslt = "12.0.0", b.device.cublaslt_version = 120000;
     b.problem = p;
     b.config = winner;
     // Stripped: searched again.

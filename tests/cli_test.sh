@@ -595,6 +595,35 @@ expect 3 "merge with a junk input into an existing OUT" -- "$celtune" db merge "
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge changed OUT"; }
 expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/junk.copy" -o "$tmp/new-m.sqlite"
 [ -z "$(ls "$tmp" | grep '^new-m')" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge left a new OUT"; }
+# Nor does an interrupted one (Ctrl-C left an empty schema and an 11 MB -wal as
+# OUT): a new OUT is written under a temporary name, linked into place when done.
+"$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a-int.jsonl"
+python3 - "$tmp/a-int.jsonl" "$tmp/big.jsonl" <<'PY'
+import json, sys
+m = next(r for r in map(json.loads, open(sys.argv[1])) if r.get("record") == "measurement")
+n0 = m["problem"]["tokens"]
+with open(sys.argv[2], "w") as out:
+    for n in range(1, 20001):
+        m["problem"]["tokens"] = n
+        m["problem"]["key"] = m["problem"]["key"].replace(f":N{n0}:", f":N{n}:")
+        n0 = n
+        out.write(json.dumps(m) + "\n")
+PY
+"$celtune" db --db "$tmp/big.sqlite" import "$tmp/big.jsonl" >/dev/null 2>&1
+"$celtune" db merge "$tmp/big.sqlite" "$tmp/a.sqlite" -o "$tmp/int-m.sqlite" >/dev/null 2>&1 &
+merger=$!
+for _ in $(seq 200); do ls "$tmp" | grep -qE '^int-m\.sqlite\..*-(wal|journal)$' && break; sleep 0.05; done
+kill -TERM "$merger" 2>/dev/null; wait "$merger"
+[ -z "$(ls "$tmp" | grep '^int-m')" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: an interrupted merge left files"; ls "$tmp" | grep '^int-m'; }
+# Nor is OUT (or import's and tune's --db) a database's journal file: merge wrote
+# a database as base.sqlite-wal, and base.sqlite's next reader deleted it.
+cp "$tmp/a.sqlite" "$tmp/jbase.sqlite" && : >"$tmp/jbase.sqlite-wal"
+expect 2 "merge -o a database's -wal" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/jbase.sqlite-wal"
+contains err "journal file of database" "merge names the journal file it refuses"
+expect 2 "import --db a database's -wal" -- "$celtune" db --db "$tmp/jbase.sqlite-wal" import /dev/null
+[ ! -s "$tmp/jbase.sqlite-wal" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a -wal was written"; }
+rm -f "$tmp/jbase.sqlite-wal"
 # A database whose row import would refuse (a median of −1 ms once won the merge).
 cp "$tmp/b.sqlite" "$tmp/damaged.sqlite"
 python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET median_ms = -1"); c.commit()' \

@@ -1,7 +1,9 @@
 // celtune db: list, export, import and merge tuning databases.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,9 +50,21 @@ void require_db_folder(const std::string& path) {
     fail_env("cannot create database " + path + ": its folder " + parent.string() + " does not exist");
 }
 
+void refuse_journal_name(const std::string& path) {
+  for (const std::string_view suffix : {"-wal", "-shm", "-journal"}) {
+    if (!path.ends_with(suffix)) continue;
+    const std::string base = path.substr(0, path.size() - suffix.size());
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(base, ec))
+      fail_usage("refusing to write a database as " + path + ": it is a journal file of database " + base +
+                 ", which SQLite would delete or replay");
+  }
+}
+
 std::string writable_db_path(const std::string& named) {
   const char* env_db = std::getenv("CELTUNE_DB");
   const std::string path = named.empty() ? default_db_path() : named;
+  refuse_journal_name(path);
   if (!named.empty() || (env_db && *env_db)) {
     require_db_folder(path);
     return path;
@@ -169,27 +183,92 @@ int do_export(const DbArgs& a) {
   return 0;
 }
 
+// A new database's files while it is written under a temporary name, removed
+// if the process is interrupted (SIGINT, SIGTERM, SIGHUP) before it is renamed
+// into place: unlink is async-signal-safe, the paths are fixed before the
+// handlers go in.
+char g_new_db[4][4096];
+int g_new_db_count = 0;
+
+extern "C" void remove_new_db_and_die(int sig) {
+  for (int i = 0; i < g_new_db_count; ++i) ::unlink(g_new_db[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Removes the temporary database's files on exceptions (and, through the
+// handlers it installs, on the signals above) until released.
+class NewDatabase {
+ public:
+  explicit NewDatabase(const std::string& final_path) {
+    path_ = final_path + ".XXXXXX";
+    const int fd = ::mkstemp(path_.data());
+    if (fd < 0) fail_env("cannot create a temporary database beside " + final_path + ": " + std::strerror(errno));
+    ::close(fd);
+    // mkstemp makes it 0600; a database created in place follows the umask.
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::chmod(path_.c_str(), 0666 & ~mask);
+    g_new_db_count = 0;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+      const std::string f = path_ + suffix;
+      if (f.size() < sizeof g_new_db[0]) std::memcpy(g_new_db[g_new_db_count++], f.c_str(), f.size() + 1);
+    }
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, remove_new_db_and_die);
+  }
+  ~NewDatabase() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    g_new_db_count = 0;
+    if (!released_) {
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path_ + suffix, ec);
+    }
+  }
+  const std::string& path() const { return path_; }
+  // Puts the closed database at `final_path`, never over a file that appeared
+  // there meanwhile (link fails on an existing name, where rename replaces it).
+  void place(const std::string& final_path) {
+    std::error_code ec;
+    for (const char* suffix : {"-wal", "-journal"})
+      if (std::filesystem::file_size(path_ + suffix, ec) > 0 && !ec)
+        fail_env("the new database " + path_ + " was closed with its " + std::string(suffix + 1) +
+                 " file still holding changes; nothing was written to " + final_path);
+    if (::link(path_.c_str(), final_path.c_str()) != 0)
+      fail_env("cannot create database " + final_path + ": " + std::strerror(errno));
+    released_ = true;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path_ + suffix, ec);
+  }
+
+ private:
+  std::string path_;
+  bool released_ = false;
+};
+
 // Offers `records` to the database at `path` in one transaction and prints
 // `summary` of the outcome before it commits, standard output checked: a
-// summary that cannot be written (exit 3) rolls the write back, and a database
-// that did not exist before is removed again, as on any other failure. (Printed
-// after the commit, a merge that exited 3 left its new OUT merged.)
+// summary that cannot be written (exit 3) rolls the write back. (Printed after
+// the commit, a merge that exited 3 left its new OUT merged.) A database that
+// did not exist is written under a temporary name and linked into place once
+// committed and closed, so a failure or an interrupt (Ctrl-C: a merge into a new
+// OUT left an empty schema and an 11 MB -wal as OUT) leaves no OUT at all.
 void offer_and_report(const std::string& path, const db::Records& records,
                       const std::function<std::string(const db::ImportCounts&)>& summary) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const bool existed = fs::exists(path, ec);
-  try {
-    db::Store s(path, db::Access::read_write);
+  auto offer = [&](const std::string& file) {
+    db::Store s(file, db::Access::read_write);
     s.write([&] {
       std::cout << summary(db::offer_records(s, records, kKernelSourceHash)) << '\n';
       flush_stdout();
     });
-  } catch (...) {
-    if (!existed)
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(path + suffix, ec);
-    throw;
+  };
+  if (fs::exists(path, ec)) {
+    offer(path);
+    return;
   }
+  NewDatabase fresh(path);
+  offer(fresh.path());  // closed at the end of the call: SQLite folds its WAL back in
+  fresh.place(path);
 }
 
 int do_import(const DbArgs& a) {
@@ -235,6 +314,7 @@ int do_merge(const DbArgs& a) {
   // everything in one transaction (offer_and_report).
   // OUT may already exist (even be A or B): its rows take part in the merge and
   // none is lost; per (device, problem) the fastest best entry wins.
+  refuse_journal_name(a.out);
   std::error_code ec;
   const bool out_existed = fs::exists(a.out, ec);
   if (!out_existed) require_db_folder(a.out);

@@ -163,6 +163,12 @@ expect 0 "db list after tune" -- "$celtune" db --db "$tmp/t.sqlite" list
 contains out "2 best configs" "tune stored one best per problem"
 expect 0 "validate --from-db" -- "$celtune" validate --device cpu --from-db "$tmp/t.sqlite"
 contains out "2 passed, 0 failed" "validate checks every stored best config"
+# Problem options with no problem to describe were ignored (validate --dtype fp32
+# ran every dtype's default matrix and exited 0): refused, naming the option.
+expect 2 "validate --dtype without a problem" -- "$celtune" validate --device cpu --dtype fp32
+contains err "--dtype describes a problem" "the refusal names the option"
+expect 2 "validate --from-db with --mode" -- "$celtune" validate --device cpu --from-db "$tmp/t.sqlite" --mode fwd
+contains err "--mode describes a problem" "the refusal names the option"
 expect 0 "validate --all-configs" -- "$celtune" validate --device cpu --shape 48,16,9000 --all-configs --seed 1
 expect 3 "validate a shape too big for this machine's memory" -- "$celtune" validate --device cpu --family ce \
   --shape 100000000,0,256000
@@ -224,11 +230,17 @@ expect 2 "report of a problem not in the database" -- "$celtune" report --db "$t
   --problem "flce:N48:H16:V701:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwd"
 [ ! -e "$tmp/norep" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused report left its folder"; }
 # A second report into the folder leaves no plot of the first behind.
+# Folders of such names are the user's, not plots: kept, empty or not (the probe
+# saw an empty one removed, and a full one fail the report after it had written).
 echo '<svg/>' >"$tmp/report/vchunk-99.svg" && echo keep >"$tmp/report/notes.txt"
+mkdir -p "$tmp/report/vchunk-97.svg" "$tmp/report/vchunk-98.svg" && echo keep >"$tmp/report/vchunk-98.svg/keep"
 expect 0 "report again, one problem" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report" \
   --problem "flce:N48:H16:V700:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwd"
 [ ! -e "$tmp/report/vchunk-99.svg" ] && [ ! -e "$tmp/report/vchunk-2.svg" ] && [ -s "$tmp/report/vchunk-1.svg" ] &&
   [ -e "$tmp/report/notes.txt" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report left stale plots"; ls "$tmp/report"; }
+[ -d "$tmp/report/vchunk-97.svg" ] && [ -e "$tmp/report/vchunk-98.svg/keep" ] && ! grep -q "vchunk-9[78]" "$tmp/out" &&
+  passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report removed or named a folder of the user's"; cat "$tmp/out"; }
+rm -rf "$tmp/report/vchunk-97.svg" "$tmp/report/vchunk-98.svg"
 # A plot that cannot be written changes nothing: no "wrote", no half report.
 mkdir -p "$tmp/half/vchunk-1.svg" && echo OLD >"$tmp/half/speedup.svg"
 expect 3 "report where a plot's name is a directory" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/half"

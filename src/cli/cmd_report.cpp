@@ -127,6 +127,11 @@ Action register_report(CLI::App& app) {
     std::vector<std::filesystem::path> stale;
     if (!grid.empty() || !speedups.empty())
       for (const auto& e : std::filesystem::directory_iterator(a->out, ec)) {
+        // Only regular files: a report writes nothing else, and a directory (or
+        // link) of such a name is the user's (one was removed, an empty one, and
+        // a full one failed the report after its plots were written).
+        std::error_code st;
+        if (!std::filesystem::is_regular_file(e.symlink_status(st)) || st) continue;
         const std::string name = e.path().filename().string();
         // vchunk-<k>.svg with k past this report's last ("vchunk-" and ".svg"
         // cannot overlap: such a name has at least 11 characters).

@@ -96,7 +96,18 @@ Action register_validate(CLI::App& app) {
                   "Every best config stored for this device in FILE (the deployment check after shipping a database "
                   "or upgrading a driver), each at a reduced shape that keeps its code paths");
   add_problem_options(sub, a->problem);
-  return [a] {
+  return [a, sub] {
+    // The default matrix and --from-db choose their own problems: a dtype, mode
+    // or loss option given with neither a problem was ignored without a word
+    // (validate --dtype fp32 ran every dtype and exited 0).
+    if (!names_problem(a->problem) || !a->from_db.empty())
+      for (const char* opt : {"--family", "--dtype", "--target-dtype", "--ignore-index", "--reduction",
+                              "--label-smoothing", "--softcap", "--z-loss", "--bias", "--mode"})
+        if (sub->count(opt) > 0)
+          fail_usage(std::string(opt) + " describes a problem, and " +
+                     (a->from_db.empty() ? "none is given (--shape, --model with --tokens, …): the default matrix"
+                                         : "--from-db") +
+                     " chooses its own; give a problem to validate with it");
     auto backend = open_backend(a->device);
     const auto& dev = backend->device();
     const uint64_t seed = a->seed ? *a->seed

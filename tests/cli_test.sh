@@ -106,6 +106,9 @@ expect 2 "negative softcap" -- "$celtune" validate --device cpu --shape 4,8,100 
 expect 2 "a z-loss scale past 1e6" -- "$celtune" validate --device cpu --shape 4,8,100 --z-loss 3.4e38
 contains err "up to 1e+06" "the refusal names the largest scale"
 expect 0 "z-loss scale 1e6" -- "$celtune" validate --device cpu --shape 4,8,100 --z-loss 1e6
+# A token's z-loss below fp32's range (1.44e-70, computed as 0) is no failure.
+expect 0 "validate at fp32's underflow" -- "$celtune" validate --device cpu --shape 1,1,1 --reduction none \
+  --label-smoothing 1 --z-loss 1e6 --softcap 1.2e-38 --bias --seed 1
 expect 2 "unknown dtype" -- "$celtune" validate --device cpu --shape 4,8,100 --dtype fp8
 expect 2 "unknown reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp32
 expect 0 "explicit fp64 reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp64

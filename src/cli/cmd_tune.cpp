@@ -96,7 +96,7 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--strategy", a->strategy, "exhaustive, random (with --budget) or guided (coordinate descent)")
       ->check(CLI::IsMember({"exhaustive", "random", "guided"}))
       ->capture_default_str();
-  auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates)")
+  auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates, at least 12)")
                      ->transform(whole_number("COUNT", 1));
   sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
       ->capture_default_str();

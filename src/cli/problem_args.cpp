@@ -119,7 +119,7 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   app->add_option("--shape", a.shape,
                   "Problem shape N,H,V (tokens, hidden, vocab; H is 0 for ce); not with --model, --tokens, --hidden "
                   "or --vocab");
-  app->add_option("--tokens", a.tokens, "Token counts: a list (4096,8192) or a range in powers of two (1024..32768)");
+  app->add_option("--tokens", a.tokens, "Token counts: a list (4096,8192) or a range A..B doubling from A (1024..32768)");
   app->add_option("--hidden", a.hidden, "Hidden size H")->transform(whole_number("H"));
   app->add_option("--vocab", a.vocab, "Vocabulary size V")->transform(whole_number("V"));
   std::string names;
@@ -187,9 +187,11 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   if (!a.shape.empty()) {
     const auto f = split(a.shape, ',');
     if (f.size() != 3) fail_usage("malformed --shape '" + a.shape + "': expected N,H,V");
-    tokens.push_back(parse_i64(f[0], "N in --shape"));
-    base.hidden = parse_i64(f[1], "H in --shape");
-    base.vocab = parse_i64(f[2], "V in --shape");
+    // The whole shape named: "malformed H in --shape ''" did not say which.
+    const std::string in = " in --shape " + a.shape;
+    tokens.push_back(parse_i64(f[0], ("N" + in).c_str()));
+    base.hidden = parse_i64(f[1], ("H" + in).c_str());
+    base.vocab = parse_i64(f[2], ("V" + in).c_str());
   }
   if (a.hidden) base.hidden = *a.hidden;
   if (a.vocab) base.vocab = *a.vocab;

@@ -127,6 +127,11 @@ expect 3 "no such CUDA device" -- "$celtune" validate --device 99 --shape 4,8,10
 expect 2 "tune without a problem" -- "$celtune" tune --device cpu --db "$tmp/t.sqlite"
 expect 2 "random without budget" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy random --db "$tmp/t.sqlite"
 expect 2 "bad max-scratch" -- "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 12XB --db "$tmp/t.sqlite"
+# A database the run creates and leaves empty is not left behind.
+expect 1 "tune with no candidate within --max-scratch" -- "$celtune" tune --device cpu --shape 48,16,700 \
+  --max-scratch 1KiB --db "$tmp/empty-new.sqlite"
+[ -z "$(ls "$tmp" | grep '^empty-new')" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a tune that stored nothing left its new database"; ls "$tmp" | grep '^empty-new'; }
 expect 2 "bad shard" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 4/4 --db "$tmp/t.sqlite"
 expect 2 "unknown strategy" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy annealing
 expect 0 "tune cpu" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3 --json

@@ -200,6 +200,28 @@ Action register_tune(CLI::App& app) {
       require_database(prior);
       db::Store check(prior, db::Access::read_only);
     }
+    // A database this run creates and leaves empty (every problem refused: no
+    // candidate within --max-scratch) is removed again, on failure as on an
+    // error: the probe's tune with --max-scratch 1KiB left an empty new.sqlite.
+    std::error_code exists_ec;
+    struct DropIfEmpty {
+      std::string path;
+      bool armed;
+      ~DropIfEmpty() {
+        if (!armed) return;
+        try {
+          bool empty = false;
+          {
+            db::Store s(path, db::Access::read_only);
+            empty = s.best_entries().empty() && s.measurements().empty();
+          }
+          std::error_code ec;
+          if (empty)
+            for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
+        } catch (...) {  // a destructor reports nothing; the file stays
+        }
+      }
+    } drop_if_empty{db_path, !std::filesystem::exists(db_path, exists_ec)};
     { db::Store check(db_path, db::Access::read_write); }
 
     const bool bar = !a->json && isatty(2);

@@ -831,7 +831,8 @@ if [ "$(id -u)" -eq 0 ]; then
   # directory such as /root or a mktemp -d folder: run copies of the CLI and
   # libceltune from $tmp (mode 711, the copies world-readable) instead.
   mkdir "$tmp/bin" && cp "$celtune" "$tmp/bin/celtune"
-  lib=$(ldd "$celtune" | awk '/libceltune/ { print $3 }')
+  # The path after "=>", whole: awk's $3 cut a clone in "/tmp/ci 3/" at its space.
+  lib=$(ldd "$celtune" | sed -n 's/^[[:space:]]*libceltune[^ ]* => \(.*\) (0x[0-9a-f]*)$/\1/p')
   [ -n "$lib" ] && cp "$lib" "$tmp/bin/"
   chmod 755 "$tmp/bin" && chmod a+rx "$tmp/bin"/*
   rocel="$tmp/bin/celtune"

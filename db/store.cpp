@@ -309,9 +309,13 @@ Store::Store(const std::string& path, Access access, int busy_ms) : path_(path),
 }
 
 [[noreturn]] void Store::fail_locked() const {
+  // A reader changes nothing either way: "made no change, nothing lost" read as
+  // if a lookup had tried to write (the README probe).
   fail_env("database " + path_ + " stayed locked by another process past the busy timeout (" +
-           std::to_string(busy_ms_) + " ms, CELTUNE_BUSY_TIMEOUT_MS); this operation made no change and nothing "
-           "stored before it was lost");
+           std::to_string(busy_ms_) + " ms, CELTUNE_BUSY_TIMEOUT_MS)" +
+           (access_ == Access::read_only ? std::string("; nothing was read from it")
+                                         : std::string("; this operation made no change and nothing stored before "
+                                                       "it was lost")));
 }
 
 void Store::retry_busy(const std::function<void()>& fn) {

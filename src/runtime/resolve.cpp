@@ -180,6 +180,13 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   // The built-in default for this device (the fused forward where it runs).
   auto runs = [this, &p](const KernelConfig& c) { return checks_.supports && checks_.supports(p, c).empty(); };
   Resolved r{device_default(p, runs), Source::default_config, std::nullopt, {}, {}, {}};
+  // Rows of this device, from any database, come before a row borrowed from
+  // another device of its arch: a CELTUNE_DB holding only another GPU's rows hid
+  // the shipped file's exact ones (the README probe). Among this device's rows
+  // the first database that has one answers, as the order promises.
+  std::optional<db::LookupHit> borrowed;
+  std::string borrowed_from;
+  bool own = false;
   for (Db& d : dbs_) {
     db::Store* store = open(d);
     if (!store) continue;
@@ -189,13 +196,14 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
     try {
       db::LookupResult found = db::lookup(*store, device_, p, hash_, fits);
       for (auto& s : found.skipped) r.skipped.push_back(d.where.path + ": " + s);
-      if (found.hit) {
+      if (found.hit && found.hit->tier == db::Tier::same_arch) {
+        if (!borrowed) borrowed = found.hit, borrowed_from = d.where.path;
+      } else if (found.hit) {
         r.config = found.hit->entry.config;
         r.entry = found.hit->entry;
         r.database = d.where.path;
-        r.source = found.hit->tier == db::Tier::exact     ? Source::exact
-                   : found.hit->tier == db::Tier::nearest ? Source::nearest
-                                                          : Source::same_arch;
+        r.source = found.hit->tier == db::Tier::exact ? Source::exact : Source::nearest;
+        own = true;
         break;
       }
     } catch (const Error& e) {
@@ -204,6 +212,12 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
       warn_ << "celtune: warning: " << e.what() << "; using the next source\n";
       d.store.reset();
     }
+  }
+  if (!own && borrowed) {
+    r.config = borrowed->entry.config;
+    r.entry = borrowed->entry;
+    r.database = borrowed_from;
+    r.source = Source::same_arch;
   }
   r.json = nlohmann::json(r.config).dump();
   if (log_) log(p, r);

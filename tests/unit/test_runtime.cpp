@@ -131,6 +131,35 @@ TEST_CASE("resolution tiers: exact, nearest by log distance, same-arch, default;
   CHECK(file_bytes(fx.db) == before);
 }
 
+TEST_CASE("this device's rows in a later database beat another device's rows in an earlier one") {
+  // A CELTUNE_DB holding only another GPU's rows (same arch) answered first and
+  // hid the shipped file's exact rows (the README probe).
+  Fixture fx;
+  const std::string other = (fx.dir / "other.sqlite").string();
+  {
+    db::Store s(other, db::Access::read_write);
+    Fixture::put(s, fx.h200, 4096, 256, kKernelSourceHash);
+  }
+  std::ostringstream warn;
+  const std::vector<runtime::DatabasePath> both{{other, true}, {fx.db, true}};
+  runtime::Resolver r(both, fx.h100, kKernelSourceHash, warn);
+  const auto own = r.resolve(Fixture::problem(4096), nullptr);
+  CHECK(own.source == runtime::Source::exact);
+  CHECK(own.database == fx.db);
+  CHECK(own.config.row_chunk == 1024);
+  // Among this device's rows the database order still rules: nearest first.
+  CHECK(r.resolve(Fixture::problem(6000), nullptr).database == fx.db);
+  // With no row of its own anywhere, the first database's borrowed row serves.
+  DeviceInfo stranger = fx.h100;
+  stranger.name = "GTX fictional H3";
+  runtime::Resolver r2(both, stranger, kKernelSourceHash, warn);
+  const auto borrowed = r2.resolve(Fixture::problem(4096), nullptr);
+  CHECK(borrowed.source == runtime::Source::same_arch);
+  CHECK(borrowed.database == other);
+  CHECK(borrowed.config.row_chunk == 256);
+  CHECK(warn.str().empty());
+}
+
 TEST_CASE("a row stored for the very targets beats one for other targets at the same shape") {
   Fixture fx;
   Problem p = Fixture::problem(4096);

@@ -233,8 +233,16 @@ class NewDatabase {
       if (std::filesystem::file_size(path_ + suffix, ec) > 0 && !ec)
         fail_env("the new database " + path_ + " was closed with its " + std::string(suffix + 1) +
                  " file still holding changes; nothing was written to " + final_path);
-    if (::link(path_.c_str(), final_path.c_str()) != 0)
-      fail_env("cannot create database " + final_path + ": " + std::strerror(errno));
+    if (::link(path_.c_str(), final_path.c_str()) != 0) {
+      // A file system without hard links (vfat, some network mounts): rename,
+      // after checking the name is still free (a narrower guard, the same end).
+      const int err = errno;
+      const bool no_links = err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == EMLINK || err == ENOSYS;
+      if (!no_links || std::filesystem::exists(final_path, ec))
+        fail_env("cannot create database " + final_path + ": " + std::strerror(err));
+      std::filesystem::rename(path_, final_path, ec);
+      if (ec) fail_env("cannot create database " + final_path + ": " + ec.message());
+    }
     released_ = true;
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path_ + suffix, ec);
   }

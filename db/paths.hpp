@@ -10,4 +10,15 @@ namespace celtune::db {
 // ~/.local/share/celtune/celtune.sqlite; "" when neither variable is set.
 std::string user_database_path();
 
+// The files SQLite keeps beside a database: -wal and -shm in WAL mode,
+// -journal in rollback mode.
+inline constexpr const char* kJournalSuffixes[] = {"-wal", "-shm", "-journal"};
+// The database whose journal file `path` would be by its name ("" when it ends
+// in no journal suffix): a database written under such a name is deleted or
+// replayed by that database's next reader.
+std::string journal_owner(const std::string& path);
+// Removes the database at `path` and its journal files, ignoring errors: for a
+// database that was only just created and must not stay.
+void remove_database_files(const std::string& path);
+
 }  // namespace celtune::db

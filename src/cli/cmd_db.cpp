@@ -51,14 +51,11 @@ void require_db_folder(const std::string& path) {
 }
 
 void refuse_journal_name(const std::string& path) {
-  for (const std::string_view suffix : {"-wal", "-shm", "-journal"}) {
-    if (!path.ends_with(suffix)) continue;
-    const std::string base = path.substr(0, path.size() - suffix.size());
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(base, ec))
-      fail_usage("refusing to write a database as " + path + ": it is a journal file of database " + base +
-                 ", which SQLite would delete or replay");
-  }
+  const std::string base = db::journal_owner(path);
+  std::error_code ec;
+  if (!base.empty() && std::filesystem::is_regular_file(base, ec))
+    fail_usage("refusing to write a database as " + path + ": it is a journal file of database " + base +
+               ", which SQLite would delete or replay");
 }
 
 std::string writable_db_path(const std::string& named) {
@@ -173,12 +170,9 @@ int do_export(const DbArgs& a) {
     fail_usage("refusing to write the export over the database it reads (" + path + ")");
   // Nor over its journal files: JSON written as db.sqlite-wal or -journal made
   // every later reader fail.
-  for (const std::string_view suffix : {"-wal", "-shm", "-journal"}) {
-    if (!a.out.ends_with(suffix)) continue;
-    const std::string base = a.out.substr(0, a.out.size() - suffix.size());
-    if (std::filesystem::exists(base, ec) && std::filesystem::equivalent(base, path, ec))
-      fail_usage("refusing to write the export over a journal file of the database it reads (" + a.out + ")");
-  }
+  if (const std::string base = db::journal_owner(a.out);
+      !base.empty() && std::filesystem::exists(base, ec) && std::filesystem::equivalent(base, path, ec))
+    fail_usage("refusing to write the export over a journal file of the database it reads (" + a.out + ")");
   write_file_atomic(a.out, [&](std::ostream& f) { db::export_jsonl(s, f); });
   return 0;
 }
@@ -206,23 +200,19 @@ class NewDatabase {
     if (fd < 0) fail_env("cannot create a temporary database beside " + final_path + ": " + std::strerror(errno));
     ::close(fd);
     // mkstemp makes it 0600; a database created in place follows the umask.
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::chmod(path_.c_str(), 0666 & ~mask);
+    ::chmod(path_.c_str(), new_file_mode());
     g_new_db_count = 0;
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-      const std::string f = path_ + suffix;
+    auto remember = [](const std::string& f) {
       if (f.size() < sizeof g_new_db[0]) std::memcpy(g_new_db[g_new_db_count++], f.c_str(), f.size() + 1);
-    }
+    };
+    remember(path_);
+    for (const char* suffix : db::kJournalSuffixes) remember(path_ + suffix);
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, remove_new_db_and_die);
   }
   ~NewDatabase() {
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     g_new_db_count = 0;
-    if (!released_) {
-      std::error_code ec;
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path_ + suffix, ec);
-    }
+    if (!released_) db::remove_database_files(path_);
   }
   const std::string& path() const { return path_; }
   // Puts the closed database at `final_path`, never over a file that appeared
@@ -244,7 +234,7 @@ class NewDatabase {
       if (ec) fail_env("cannot create database " + final_path + ": " + ec.message());
     }
     released_ = true;
-    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path_ + suffix, ec);
+    db::remove_database_files(path_);  // the name only: the database lives on at final_path
   }
 
  private:

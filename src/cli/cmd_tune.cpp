@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "db/paths.hpp"
 #include "kernels/backend.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
@@ -215,9 +216,7 @@ Action register_tune(CLI::App& app) {
             db::Store s(path, db::Access::read_only);
             empty = s.best_entries().empty() && s.measurements().empty();
           }
-          std::error_code ec;
-          if (empty)
-            for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(path + suffix, ec);
+          if (empty) db::remove_database_files(path);
         } catch (...) {  // a destructor reports nothing; the file stays
         }
       }

@@ -81,6 +81,12 @@ void flush_stdout() {
     fail_env(std::string("error writing standard output") + (errno ? std::string(": ") + std::strerror(errno) : ""));
 }
 
+mode_t new_file_mode() {
+  const mode_t mask = ::umask(0);  // read it back: umask has no getter
+  ::umask(mask);
+  return 0666 & ~mask;
+}
+
 std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -88,15 +94,8 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
   const bool exists = !ec && fs::exists(st);
   if (exists && !fs::is_regular_file(st))
     fail_usage("refusing to write " + path + ": it exists and is not a regular file");
-  mode_t mode = 0;
   struct stat old {};
-  if (exists && ::stat(path.c_str(), &old) == 0) {
-    mode = old.st_mode & 07777;
-  } else {
-    const mode_t mask = ::umask(0);  // read it back: umask has no getter
-    ::umask(mask);
-    mode = 0666 & ~mask;
-  }
+  const mode_t mode = exists && ::stat(path.c_str(), &old) == 0 ? old.st_mode & 07777 : new_file_mode();
   std::string tmp = path + ".XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));

@@ -2,6 +2,8 @@
 // content as JSON (--json) or CSV (--csv) for programs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <iosfwd>
 #include <string>
@@ -36,6 +38,9 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
 // and returns its name; commit_file renames it over path (removing it if the
 // rename fails). A caller that fails between the two removes what it staged.
 std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body);
+// The mode a new file gets: 0666 less the umask (mkstemp's 0600 is for the
+// temporary, not for what it becomes).
+mode_t new_file_mode();
 void commit_file(const std::string& tmp, const std::string& path);
 std::string human_bytes(double bytes);
 // "1 problem", "3 problems": a count with its noun, singular for one.

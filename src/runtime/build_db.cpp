@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "db/paths.hpp"
 #include "db/store.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
@@ -17,7 +18,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string out = argv[1];
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(out + suffix);
+  celtune::db::remove_database_files(out);
   try {
     {
       celtune::db::Store s(out, celtune::db::Access::read_write);

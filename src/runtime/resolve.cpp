@@ -184,9 +184,8 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   // another device of its arch: a CELTUNE_DB holding only another GPU's rows hid
   // the shipped file's exact ones (the README probe). Among this device's rows
   // the first database that has one answers, as the order promises.
-  std::optional<db::LookupHit> borrowed;
-  std::string borrowed_from;
-  bool own = false;
+  std::optional<db::LookupHit> hit, borrowed;
+  std::string hit_from, borrowed_from;
   for (Db& d : dbs_) {
     db::Store* store = open(d);
     if (!store) continue;
@@ -196,16 +195,11 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
     try {
       db::LookupResult found = db::lookup(*store, device_, p, hash_, fits);
       for (auto& s : found.skipped) r.skipped.push_back(d.where.path + ": " + s);
-      if (found.hit && found.hit->tier == db::Tier::same_arch) {
-        if (!borrowed) borrowed = found.hit, borrowed_from = d.where.path;
-      } else if (found.hit) {
-        r.config = found.hit->entry.config;
-        r.entry = found.hit->entry;
-        r.database = d.where.path;
-        r.source = found.hit->tier == db::Tier::exact ? Source::exact : Source::nearest;
-        own = true;
+      if (found.hit && found.hit->tier != db::Tier::same_arch) {
+        hit = std::move(found.hit), hit_from = d.where.path;
         break;
       }
+      if (found.hit && !borrowed) borrowed = std::move(found.hit), borrowed_from = d.where.path;
     } catch (const Error& e) {
       // A database that opened but fails to read (truncated pages, locked for
       // longer than the busy timeout): warn once, skip it for good.
@@ -213,11 +207,14 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
       d.store.reset();
     }
   }
-  if (!own && borrowed) {
-    r.config = borrowed->entry.config;
-    r.entry = borrowed->entry;
-    r.database = borrowed_from;
-    r.source = Source::same_arch;
+  if (!hit && borrowed) hit = std::move(borrowed), hit_from = borrowed_from;
+  if (hit) {
+    r.config = hit->entry.config;
+    r.entry = std::move(hit->entry);
+    r.database = hit_from;
+    r.source = hit->tier == db::Tier::exact     ? Source::exact
+               : hit->tier == db::Tier::nearest ? Source::nearest
+                                                : Source::same_arch;
   }
   r.json = nlohmann::json(r.config).dump();
   if (log_) log(p, r);

@@ -714,67 +714,6 @@ struct BulkSpan {
   }
 };
 
-// The ce family's statistics: block b folds segment b % splits of row b / splits.
-// With one segment the row is complete: L and the loss are written directly;
-// otherwise the partial goes to `parts` for merge_parts_kernel.
-template <typename T, int ELEMS, bool kPlainSweep>
-__device__ __forceinline__ void part_segment(const TileView& v, const LossParams& p, int64_t seg, int splits,
-                                             float4* parts, float* lse, float* token_loss) {
-  const Segment g(v, seg, splits);
-  const int64_t gr = v.r0 + g.r, v0 = v.v0 + g.c0;
-  const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
-  Partial s;
-  // Offsets up to a few tiles past the row (a tile is at most 8192 elements here).
-  if (kPlainSweep && plain_logits(p) && g.cols <= INT32_MAX - (int64_t{1} << 20)) {
-    ThreadStats t;
-    plain_stats<T, ELEMS>(row, g.cols, v0, p, t);
-    s = block_partial(t);
-  } else {
-    s = row_stats<T, ELEMS>(row, g.cols, v0, p, nullptr, 0);
-  }
-  if (threadIdx.x != 0) return;
-  const int64_t y = target_of(p, gr);
-  const float zt = target_logit(p, row, v0, g.cols, y);
-  if (splits == 1) {
-    const float L = s.m + logf(s.d);
-    lse[gr] = L;
-    token_loss[gr] = row_loss(p, L, s.zs, zt, y);
-  } else {
-    parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
-  }
-}
-template <typename T, int ELEMS>
-__global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts, float* lse,
-                            float* token_loss) {
-  part_segment<T, ELEMS, false>(v, p, seg, splits, parts, lse, token_loss);
-}
-// 16-bit logits, 8 a thread (the forward's default tile at up to ~1024 rows),
-// with plain_stats for plain logits, at most 64 registers: uncapped it took 72
-// (three blocks of 256 threads an SM, not four). A kernel of its own because
-// __maxnreg__ is a target as well as a cap: on every part_kernel it raised the
-// narrow tiles to 64 and the wide ones to ~104.
-template <typename T>
-__global__ void __maxnreg__(64) part_kernel_64(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
-                                               float* lse, float* token_loss) {
-  part_segment<T, 8, true>(v, p, seg, splits, parts, lse, token_loss);
-}
-
-// One thread per row: the row's partials merged in segment order (deterministic).
-__global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows, int splits, LossParams p, float* lse,
-                                   float* token_loss) {
-  const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
-  for (int k = 0; k < splits; ++k) {
-    const float4 q = parts[r * splits + k];
-    merge(m, d, q.x, q.y);
-    zs += q.z, zt += q.w;
-  }
-  const float L = m + logf(d);
-  lse[r0 + r] = L;
-  token_loss[r0 + r] = row_loss(p, L, zs, zt, target_of(p, r0 + r));
-}
-
 // dZ from the final LSE, block b on segment b % splits of row b / splits.
 template <typename T, int ELEMS>
 __device__ __forceinline__ void grad_segment(const TileView& v, const LossParams& p, const float* lse, int64_t seg,
@@ -863,22 +802,53 @@ __device__ __forceinline__ float block_loss(const float* token_loss, int64_t tok
   return reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), red, n);
 }
 
-// The end of a call in one launch, run by the whole block that wrote a row's
-// token loss (n valid targets, in thread 0): the threadfence reduction. The
-// token loss is visible before the row counts; the last row to count sums the
-// token losses in a fixed order and returns the counter to zero.
-__device__ __forceinline__ void finish_call(const TileView& v, const LossParams& p, const float* token_loss, int64_t n,
-                                            const OneLaunch& one) {
+// The end of a call in one launch: the threadfence reduction. Whether this block
+// is the last of `arrivals` blocks to arrive at `done`, each after writing its
+// token losses (thread 0 fences them first, so they are visible before it
+// counts); the same answer in every thread. The last block sums the token losses
+// in a fixed order and returns the counter to zero.
+__device__ __forceinline__ bool last_to_arrive(unsigned* done, unsigned arrivals) {
   __shared__ bool s_last;
   if (threadIdx.x == 0) {
     __threadfence();
-    s_last = atomicAdd(one.done, 1u) == static_cast<unsigned>(v.rows) - 1;
+    s_last = atomicAdd(done, 1u) == arrivals - 1u;
   }
   __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (s_last) __threadfence();
+  return s_last;
+}
+// Run by the whole block that wrote a row's token loss (n valid targets, in
+// thread 0).
+__device__ __forceinline__ void finish_call(const TileView& v, const LossParams& p, const float* token_loss, int64_t n,
+                                            const OneLaunch& one) {
+  if (!last_to_arrive(one.done, static_cast<unsigned>(v.rows))) return;
   const float loss = block_loss(token_loss + v.r0, v.rows, p.reduction, n);
   if (threadIdx.x == 0) *one.loss = loss, *one.done = 0;
+}
+// The first `tokens` targets counted (count, bad as block_count_targets gives
+// them) and their token losses reduced (the loss, as reduced_loss), in one sweep
+// by the whole block: valid in thread 0. Read through L2: in a call's own
+// launch, other blocks wrote the losses just now.
+__device__ __forceinline__ float count_and_reduce_block(const LossParams& p, const float* token_loss, int64_t tokens,
+                                                        int64_t& count, int64_t& bad) {
+  long long c = 0, b = INT64_MAX;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
+    acc += __ldcg(token_loss + i);
+    count_target(p, i, c, b);
+  }
+  block_targets(c, b, count, bad);
+  return reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), p.reduction, count);
+}
+// The same for the split statistics, whose token losses need no count: the last
+// block also counts the call's `tokens` targets into one.n_valid and one.bad, in
+// the sweep that sums their losses (indexed from 0: the ce family's whole call).
+__device__ __forceinline__ void finish_split(const LossParams& p, const float* token_loss, int64_t tokens,
+                                             unsigned arrivals, const OneLaunch& one) {
+  if (!last_to_arrive(one.done, arrivals)) return;
+  int64_t count, bad;
+  const float loss = count_and_reduce_block(p, token_loss, tokens, count, bad);
+  if (threadIdx.x == 0) *one.n_valid = count, *one.bad = bad, *one.loss = loss, *one.done = 0;
 }
 
 // Folds [lo, hi) of a row from device memory, ELEMS a thread, scalar loads: the
@@ -1153,6 +1123,27 @@ __device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned x) {
   return old;
 }
 
+// A row's partials (m, d, Σẑ, ẑ_target) merged by one warp in a fixed order:
+// lanes over partials k, k+32, …, then a butterfly. merge and + are commutative,
+// so every lane, and every block that merges the same row, gets the same bits.
+// Read through L2: other blocks wrote them in this launch.
+__device__ __forceinline__ void merge_row_parts(const float4* q, int splits, float& m, float& d, float& zs,
+                                                float& zt) {
+  m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
+  for (int k = threadIdx.x % 32; k < splits; k += 32) {
+    const float4 e = __ldcg(q + k);
+    merge(m, d, e.x, e.y);
+    zs += e.z, zt += e.w;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, off), od = __shfl_xor_sync(0xffffffffu, d, off);
+    merge(m, d, om, od);
+    zs += __shfl_xor_sync(0xffffffffu, zs, off);
+    zt += __shfl_xor_sync(0xffffffffu, zt, off);
+  }
+}
+
 template <typename T, int ELEMS>
 __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
                                                       float* lse, float* token_loss, bool grad, OneLaunch one) {
@@ -1202,20 +1193,8 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   __syncthreads();
   if (!s_go) return;
   if (threadIdx.x < 32) {
-    float m = kNegInf, d = 0.0f, zs = 0.0f, zsum_t = 0.0f;
-    const float4* q = parts + g.r * splits;
-    for (int k = threadIdx.x; k < splits; k += 32) {
-      const float4 e = __ldcg(q + k);
-      merge(m, d, e.x, e.y);
-      zs += e.z, zsum_t += e.w;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float om = __shfl_xor_sync(0xffffffffu, m, off), od = __shfl_xor_sync(0xffffffffu, d, off);
-      merge(m, d, om, od);
-      zs += __shfl_xor_sync(0xffffffffu, zs, off);
-      zsum_t += __shfl_xor_sync(0xffffffffu, zsum_t, off);
-    }
+    float m, d, zs, zsum_t;
+    merge_row_parts(parts + g.r * splits, splits, m, d, zs, zsum_t);
     if (threadIdx.x == 0) {
       const float L = m + logf(d);
       if (s_owner) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zsum_t, y);
@@ -1239,10 +1218,119 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   if (s_owner) finish_call(v, p, token_loss, n, one);
 }
 
+// ---- the split statistics (ce_split_stats) ----
+// The ce family's statistics: block b folds segment b % splits of row b / splits.
+// A whole row (one segment) is written by its block. Up to kCeOneLaunchTokens
+// rows (one.on) the call ends in the same launch: a split row's partials are
+// merged by the row's last block to arrive (a counter a row, as in
+// spread_kernel's forward), and each block that writes a row's token loss then
+// arrives at finish_split, whose last arrival counts the targets and reduces the
+// loss. At a few hundred rows a forward is 10–30 µs, of which the launches that
+// merged the rows and reduced the loss took several (H100: 4–19% of it). Past
+// that, merge_parts_kernel and count_reduce_kernel end the call.
+template <typename T, int ELEMS, bool kPlainSweep>
+__device__ __forceinline__ void part_segment(const TileView& v, const LossParams& p, int64_t seg, int splits,
+                                             float4* parts, float* lse, float* token_loss, const OneLaunch& one) {
+  Partial s;
+  {
+    const Segment g(v, seg, splits);
+    const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
+    const int64_t v0 = v.v0 + g.c0;
+    // Offsets up to a few tiles past the row (a tile is at most 8192 elements here).
+    if (kPlainSweep && plain_logits(p) && g.cols <= INT32_MAX - (int64_t{1} << 20)) {
+      ThreadStats t;
+      plain_stats<T, ELEMS>(row, g.cols, v0, p, t);
+      s = block_partial(t);
+    } else {
+      s = row_stats<T, ELEMS>(row, g.cols, v0, p, nullptr, 0);
+    }
+  }
+  // The segment again, from a fresh read of the block index: what the sweep kept
+  // live through its loop spilled part_kernel_64 at its 64 registers.
+  unsigned b;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(b));
+  const int64_t r = b / splits, c0 = (b % splits) * seg, gr = v.r0 + r;
+  __shared__ bool s_owner;  // this block writes the row's token loss
+  if (threadIdx.x == 0) {
+    const int64_t y = target_of(p, gr);
+    const float zt = target_logit(p, static_cast<const T*>(v.tile) + r * v.ld + c0, v.v0 + c0, min(seg, v.cols - c0), y);
+    if (splits == 1) {
+      const float L = s.m + logf(s.d);
+      lse[gr] = L;
+      token_loss[gr] = row_loss(p, L, s.zs, zt, y);
+      s_owner = true;
+    } else {
+      parts[b] = make_float4(s.m, s.d, s.zs, zt);
+      s_owner = false;
+      if (one.on) {
+        unsigned* const count = one.rows + r;
+        s_owner = add_acq_rel(count, 1u) == static_cast<unsigned>(splits) - 1u;
+        if (s_owner) *count = 0;  // the others have left
+      }
+    }
+  }
+  if (!one.on) return;  // merge_parts_kernel and count_reduce_kernel end the call
+  __syncthreads();
+  if (!s_owner) return;
+  if (splits > 1 && threadIdx.x < 32) {
+    float m, d, zs, zt;
+    merge_row_parts(parts + r * splits, splits, m, d, zs, zt);
+    if (threadIdx.x == 0) {
+      const float L = m + logf(d);
+      lse[gr] = L;
+      token_loss[gr] = row_loss(p, L, zs, zt, target_of(p, gr));
+    }
+  }
+  finish_split(p, token_loss, one.tokens, static_cast<unsigned>(v.rows), one);
+}
+template <typename T, int ELEMS>
+__global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts, float* lse,
+                            float* token_loss, OneLaunch one) {
+  part_segment<T, ELEMS, false>(v, p, seg, splits, parts, lse, token_loss, one);
+}
+// 16-bit logits, 8 a thread (the forward's default tile at up to ~1024 rows),
+// with plain_stats for plain logits, at most 64 registers: uncapped it took 72
+// (three blocks of 256 threads an SM, not four). A kernel of its own because
+// __maxnreg__ is a target as well as a cap: on every part_kernel it raised the
+// narrow tiles to 64 and the wide ones to ~104.
+template <typename T>
+__global__ void __maxnreg__(64) part_kernel_64(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
+                                               float* lse, float* token_loss, OneLaunch one) {
+  part_segment<T, 8, true>(v, p, seg, splits, parts, lse, token_loss, one);
+}
+
+// One thread per row: the row's partials merged in segment order (deterministic).
+__global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows, int splits, LossParams p, float* lse,
+                                   float* token_loss) {
+  const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
+  for (int k = 0; k < splits; ++k) {
+    const float4 q = parts[r * splits + k];
+    merge(m, d, q.x, q.y);
+    zs += q.z, zt += q.w;
+  }
+  const float L = m + logf(d);
+  lse[r0 + r] = L;
+  token_loss[r0 + r] = row_loss(p, L, zs, zt, target_of(p, r0 + r));
+}
+
+// The split statistics' end past kCeOneLaunchTokens rows: count_targets and
+// reduce_loss in one launch (the loss with the same bits). A block of the part
+// kernel took ~3 µs a thousand rows for it (256 threads, a load chain each: on
+// the H100 +0.10 ms at 32768 rows of V = 32000, 15% of the forward), and from
+// ~1000 rows the launch it saves is no longer worth that.
+__global__ void count_reduce_kernel(LossParams p, const float* token_loss, int64_t tokens, int64_t* n_valid,
+                                    int64_t* bad_index, float* loss) {
+  int64_t count, bad;
+  const float total = count_and_reduce_block(p, token_loss, tokens, count, bad);
+  if (threadIdx.x == 0) *n_valid = count, *bad_index = bad, *loss = total;
+}
+
 // ---- dispatch table: (dtype, ELEMS) → kernel pointer, per kernel ----
 using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*, float*, int64_t);
 using GradFn = void (*)(TileView, LossParams, const float*, int64_t, int);
-using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*);
+using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, OneLaunch);
 using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t, bool, OneLaunch);
 using SpreadFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, bool, OneLaunch);
 
@@ -1305,21 +1393,6 @@ __global__ void reduce_loss_kernel(const float* token_loss, int64_t tokens, Redu
 // count_targets_kernel and reduce_loss_kernel in one pass over the tokens, each
 // token's target and loss loaded together; the losses summed in reduce_loss's
 // order (the same block size), so the loss has the same bits.
-__global__ void count_reduce_kernel(LossParams p, const float* token_loss, int64_t tokens, int64_t* n_valid,
-                                    int64_t* bad_index, float* loss) {
-  long long c = 0, b = INT64_MAX;
-  float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
-    acc += __ldcg(token_loss + i);
-    count_target(p, i, c, b);
-  }
-  int64_t count, bad;
-  block_targets(c, b, count, bad);
-  const float total = reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), p.reduction,
-                                   count);
-  if (threadIdx.x == 0) *n_valid = count, *bad_index = bad, *loss = total;
-}
-
 template <typename T>
 __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_scale) {
   const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -1594,17 +1667,24 @@ void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeL
 }
 
 void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
-                    const CeLaunch& l, cudaStream_t st) {
-  if (v.rows == 0) return;
+                    const CeLaunch& l, cudaStream_t st, const OneLaunch& one) {
+  if (v.rows == 0) return;  // unreachable: a problem has tokens (Problem::validate)
   if (seg <= 0 || seg > v.cols) seg = v.cols;
   const int splits = static_cast<int>((v.cols + seg - 1) / seg);
+  // One launch up to the rows the counters reach (Context::ce_counters).
+  OneLaunch k = one;
+  k.on = v.rows <= kCeOneLaunchTokens;
   const PartFn fn = CELTUNE_PICK(part, p.dtype, elems_index(l));
   fn<<<grid_of(v.rows, splits), l.threads, 0, st>>>(v, p, seg, splits, reinterpret_cast<float4*>(parts), lse,
-                                                     token_loss);
+                                                     token_loss, k);
   CELTUNE_LAUNCHED();
-  if (splits == 1) return;  // the rows were whole: part_kernel wrote lse and token_loss
-  merge_parts_kernel<<<static_cast<unsigned>((v.rows + 255) / 256), 256, 0, st>>>(
-      reinterpret_cast<const float4*>(parts), v.r0, v.rows, splits, p, lse, token_loss);
+  if (k.on) return;
+  if (splits > 1) {
+    merge_parts_kernel<<<static_cast<unsigned>((v.rows + 255) / 256), 256, 0, st>>>(
+        reinterpret_cast<const float4*>(parts), v.r0, v.rows, splits, p, lse, token_loss);
+    CELTUNE_LAUNCHED();
+  }
+  count_reduce_kernel<<<1, 1024, 0, st>>>(p, token_loss, one.tokens, one.n_valid, one.bad, one.loss);
   CELTUNE_LAUNCHED();
 }
 
@@ -1636,12 +1716,6 @@ void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_
 
 void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, float* loss, cudaStream_t st) {
   reduce_loss_kernel<<<1, 1024, 0, st>>>(token_loss, tokens, p.reduction, p.n_valid, loss);
-  CELTUNE_LAUNCHED();
-}
-
-void count_and_reduce(const LossParams& p, const float* token_loss, int64_t tokens, int64_t* n_valid,
-                      int64_t* bad_index, float* loss, cudaStream_t st) {
-  count_reduce_kernel<<<1, 1024, 0, st>>>(p, token_loss, tokens, n_valid, bad_index, loss);
   CELTUNE_LAUNCHED();
 }
 

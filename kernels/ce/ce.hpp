@@ -92,19 +92,12 @@ void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool fir
 void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st,
              int64_t seg = 0);
 
-// The ce family's statistics: rows split into segments of seg columns (seg ≥
-// cols: whole rows), one block each, so that a few rows still fill the GPU.
-// Whole rows write lse and token_loss directly; split rows write partials to
-// `parts` ([rows][splits] × 4 floats), merged by one thread per row in segment
-// order (deterministic).
-void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
-                    const CeLaunch& l, cudaStream_t st);
-
-// A ce call of a few rows in one launch (ce_cluster): besides its rows, the
-// kernel counts the targets into n_valid and bad (as count_targets) and reduces
-// the loss (as reduce_loss). `done` is a counter that is zero between calls
-// (Context::ce_counters); the kernel leaves it zero. `rows`: one counter per row,
-// zero between calls likewise (ce_spread's exchange).
+// A ce call that ends in its own kernels (ce_cluster, ce_spread and
+// ce_split_stats): besides its rows, the last block counts the targets into
+// n_valid and bad (as count_targets) and reduces the loss (as reduce_loss).
+// `done` is a counter that is zero between calls (Context::ce_counters); the
+// kernel leaves it zero. `rows`: one counter per row, kCeOneLaunchTokens of
+// them, zero between calls likewise (the exchange of a row's split blocks).
 struct OneLaunch {
   bool on = false;
   int64_t tokens = 0;
@@ -114,6 +107,16 @@ struct OneLaunch {
   unsigned* done = nullptr;
   unsigned* rows = nullptr;
 };
+
+// The ce family's statistics: rows split into segments of seg columns (seg ≥
+// cols: whole rows), one block each, so that a few rows still fill the GPU.
+// Writes lse and token_loss; split rows merge their partials (`parts`,
+// [rows][splits] × 4 floats) in a fixed order (deterministic). The call ends
+// here too: `one` (on, with its counters) gets the target count, the first bad
+// target and the loss, as count_targets and reduce_loss would give them, in the
+// same launch up to kCeOneLaunchTokens rows, else in one or two more.
+void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
+                    const CeLaunch& l, cudaStream_t st, const OneLaunch& one);
 
 // Each row read from device memory once (fused; kCeOneLaunchTokens rows or fewer
 // in one launch, model/config.hpp): a thread-block cluster of
@@ -145,12 +148,6 @@ void count_targets(const LossParams& p, int64_t tokens, int64_t* n_valid, int64_
 // loss = Σ token_loss (sum, none) or Σ token_loss / n_valid (mean, 0 when none valid);
 // one block, fixed order: deterministic.
 void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, float* loss, cudaStream_t st);
-
-// count_targets and then reduce_loss in one launch (the loss with the same bits),
-// for a call whose kernels before it need no count: ce's split statistics, whose
-// token losses are per token and whose gradient (if any) runs after.
-void count_and_reduce(const LossParams& p, const float* token_loss, int64_t tokens, int64_t* n_valid,
-                      int64_t* bad_index, float* loss, cudaStream_t st);
 
 // db[v0 + j] += Σ_r dZ[r, j] over the tile's rows, fp32; one thread per column.
 // With row_scale, dZ[r, j] = row_scale[r]·tile[r, j] (scaled_dz_rows), 0 where

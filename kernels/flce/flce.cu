@@ -99,12 +99,11 @@ struct Layout {
   // cluster of one), which needs no partials, or, split among more blocks than
   // a cluster holds, spread over the GPU with partials in global memory
   // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
-  // ce_count_late: the split statistics (not fused) count the targets after their
-  // kernels, in the launch that reduces the loss: their token losses need no
-  // count, and a forward at ~1000 rows is tens of µs, of which each launch of
-  // one block is a few.
+  // ce_split: the split statistics (not fused), which end the call in their own
+  // kernels (ce_split_stats; one launch up to kCeOneLaunchTokens rows): no
+  // count_targets or reduce_loss around them.
   int ce_splits = 1;
-  bool ce_cluster = false, ce_spread = false, ce_one_launch = false, ce_count_late = false;
+  bool ce_cluster = false, ce_spread = false, ce_one_launch = false, ce_split = false;
   // scaled_dz: the scaled X goes to dX's rows of the chunk until dX's GEMM
   // overwrites them, and row_scale holds each row's sampled reference (no
   // softcap) until scaled_dz_rows writes a_i there, so neither costs scratch.
@@ -132,7 +131,7 @@ struct Layout {
       ce_spread = c.fused && ce_splits > kCeMaxClusterBlocks;
       ce_cluster = c.fused && !ce_spread;
       ce_one_launch = c.fused && N > 0 && N <= kCeOneLaunchTokens;
-      ce_count_late = !c.fused;
+      ce_split = !c.fused;
     }
     if (fused) {
       const int v = logits_variant(c);
@@ -326,7 +325,7 @@ struct Prologue {
   LossParams lp;
   RowState rs;
   CeLaunch launch;
-  OneLaunch one;  // ce's call of a few rows in one launch (on: count_targets did not run)
+  OneLaunch one;  // on: the ce kernels end the call (count_targets did not run, nor will reduce_loss)
 };
 
 Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {
@@ -336,14 +335,15 @@ Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const 
   char* base = static_cast<char*>(ctx.scratch(L.total));
   int64_t* n_valid = reinterpret_cast<int64_t*>(base + L.counters);
   int64_t* bad = a.bad_target ? a.bad_target : n_valid + 1;
-  unsigned* const counters = L.ce_one_launch ? ctx.ce_counters() : nullptr;
-  const OneLaunch one{L.ce_one_launch, L.N, n_valid, bad, a.loss, counters, counters ? counters + 1 : nullptr};
+  const bool ends_itself = L.ce_one_launch || L.ce_split;  // the ce kernels count and reduce
+  unsigned* const counters = ends_itself ? ctx.ce_counters() : nullptr;
+  const OneLaunch one{ends_itself, L.N, n_valid, bad, a.loss, counters, counters ? counters + 1 : nullptr};
   Prologue out{L, base, loss_params(p, a, n_valid), row_state(base, L), CeLaunch{c.block_size, c.threads, c.fused ? L.vc : 0}, one};
   if (ctx.poison_scratch()) fill_nan(base, static_cast<int64_t>(L.total), st);
   // cuBLASLt's split-K reduction reads workspace that initcheck reports as never
   // written (N·V > 2^31, H = 64): zeroed, so nothing depends on what it held.
   if (L.ws_bytes) CELTUNE_CUDA(cudaMemsetAsync(base + L.ws, 0, L.ws_bytes, st));
-  if (!L.ce_one_launch && !L.ce_count_late) count_targets(out.lp, L.N, n_valid, bad, st);
+  if (!ends_itself) count_targets(out.lp, L.N, n_valid, bad, st);
   return out;
 }
 }  // namespace
@@ -515,11 +515,11 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
   } else if (L.ce_cluster) {
     ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st, L.bwd, run.one);
   } else {
-    ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st);
-    count_and_reduce(lp, a.token_loss, L.N, run.one.n_valid, run.one.bad, a.loss, st);  // ce_count_late
+    ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st,
+                   run.one);
     if (L.bwd) ce_grad(all, lp, a.lse, run.launch, st, L.vc);
   }
-  if (!L.ce_one_launch && !L.ce_count_late) reduce_loss(a.token_loss, L.N, lp, a.loss, st);
+  if (!run.one.on) reduce_loss(a.token_loss, L.N, lp, a.loss, st);
 }
 
 }  // namespace celtune::cuda

@@ -288,24 +288,30 @@ TEST_CASE("fused ce spread over the GPU: a segment a block, a few rows, every op
   CHECK(runs == 36);
 }
 
-TEST_CASE("fused ce: one launch up to kCeOneLaunchTokens rows, count and loss kernels beyond, both modes") {
+TEST_CASE("ce in one launch up to kCeOneLaunchTokens rows, fused or split statistics, count and loss kernels beyond, both modes") {
   // At ≤ 512 rows the cluster kernel also counts the targets and its last row
-  // reduces the loss (a counter that must return to zero after every call: the
-  // case runs twice, and validate_case checks the two runs agree bit for bit);
-  // beyond, count_targets and reduce_loss run around it. Around the boundary,
-  // for a cluster of one and of four, with ignored targets under mean.
+  // reduces the loss; the split statistics' last block of a split row merges
+  // its partials (a counter a row), and the last block to write a row's loss
+  // counts and reduces. Every counter must return to zero after each call: the
+  // case runs twice, and validate_case checks the two runs agree bit for bit.
+  // Beyond, count_targets and reduce_loss run around the cluster kernel, and
+  // merge_parts_kernel and count_reduce_kernel after the split statistics.
+  // Around the boundary, whole rows and rows in four segments, with ignored
+  // targets under mean and (511 rows) under sum, whose loss needs no count.
   int runs = 0;
   for (int64_t N : {int64_t{1}, int64_t{511}, int64_t{512}, int64_t{513}, int64_t{1500}})
     for (int64_t V : {int64_t{32000}, int64_t{128256}})
-      for (Mode mode : {Mode::forward_backward, Mode::forward}) {
-        ValidationCase vc = ce_case(N, V, DType::bf16, mode, "one-launch");
-        vc.config.fused = true;
-        vc.config.v_chunk = V == 128256 ? 32256 : 0;
-        vc.spec.ignore_fraction = 0.25;
-        expect_pass(vc);
-        ++runs;
-      }
-  CHECK(runs == 20);
+      for (bool fused : {true, false})
+        for (Mode mode : {Mode::forward_backward, Mode::forward}) {
+          ValidationCase vc = ce_case(N, V, DType::bf16, mode, "one-launch");
+          vc.config.fused = fused;
+          vc.config.v_chunk = V == 128256 ? 32256 : 0;
+          vc.problem.loss.reduction = N == 511 ? Reduction::sum : Reduction::mean;
+          vc.spec.ignore_fraction = 0.25;
+          expect_pass(vc);
+          ++runs;
+        }
+  CHECK(runs == 40);
 }
 
 TEST_CASE("the GPU reference agrees with fp64 to fp32 accuracy for every option of the default matrix") {

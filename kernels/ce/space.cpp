@@ -10,14 +10,17 @@ namespace celtune {
 
 std::optional<KernelConfig> ce_fused_default(const Problem& p) {
   // Forward gains the launches it saves, at up to kCeOneLaunchTokens rows and
-  // kForwardBytes of logits (docs/results.md, thirty-first session, r28.sh, both
-  // GPUs): up to 32 MiB the one launch beat the split statistics and their merge
-  // on the H100 and the H200 alike (V = 50257, N = 128: 0.017 / 0.015 ms against
-  // 0.022 / 0.021), bar a 4% loss on the H200 at 64 rows of V = 256000; past it
-  // the H100 still gained 0-5% but the H200 lost 3-5% (V = 128256, N = 256:
-  // 0.038 against 0.037 ms; V = 256000, N = 128: 0.040 against 0.038), since a
-  // block waits for its copy before it folds.
-  constexpr int64_t kForwardBytes = int64_t{32} << 20;
+  // kForwardBytes of logits. Against the split statistics in three launches,
+  // the one launch won up to 32 MiB on both GPUs (docs/results.md, thirty-first
+  // session: V = 50257, N = 128, 0.017 / 0.015 ms against 0.022 / 0.021 on the
+  // H100 / H200). Since the split statistics end the call in their own launch
+  // (thirty-fourth session, H100), they win from 16 MiB (V = 32000, N = 256:
+  // 0.017 against 0.019 ms; N = 512: 0.025 against 0.029; V = 50257, N = 256:
+  // 0.022 against 0.024; V = 128256, N = 64: 0.018 against 0.020; V = 256000,
+  // N = 64: 0.026 against 0.030), while at 4–6 MiB the one launch still does
+  // (V = 32000 and 50257, N = 64: 0.012 and 0.014 against 0.013 and 0.016):
+  // a block of the cluster waits for its copy before it folds.
+  constexpr int64_t kForwardBytes = int64_t{14} << 20;
   const bool bwd = p.mode == Mode::forward_backward;
   if (!bwd && (p.tokens > kCeOneLaunchTokens || p.tokens * p.vocab * dtype_bytes(p.dtype) > kForwardBytes))
     return std::nullopt;

@@ -398,22 +398,22 @@ TEST_CASE("the ce device default: rows held in up to four shared-memory segments
       {32000, 64, DType::bf16, Mode::forward_backward, 8192},
       {32000, 256, DType::bf16, Mode::forward_backward, 0},
       // forward: fused only for the single launch, at ≤ kCeOneLaunchTokens rows
-      // and ≤ 32 MiB of logits
+      // and ≤ 14 MiB of logits (14680064 bytes)
       {128256, 1, DType::bf16, Mode::forward, 2048},
       {256000, 8, DType::fp32, Mode::forward, 4096},
       {256000, 9, DType::fp32, Mode::forward, 32000},  // 567 blocks of 4096: the cluster
       {256000, 25, DType::bf16, Mode::forward, 32000},
-      {256000, 65, DType::bf16, Mode::forward, 32000},
-      {256000, 66, DType::bf16, Mode::forward, -1},  // 33.8 MB: past 32 MiB
-      {128256, 64, DType::bf16, Mode::forward, 32256},
-      {128256, 130, DType::bf16, Mode::forward, 32256},
-      {128256, 131, DType::bf16, Mode::forward, -1},
+      {256000, 28, DType::bf16, Mode::forward, 32000},
+      {256000, 29, DType::bf16, Mode::forward, -1},  // 14.8 MB: past 14 MiB
+      {128256, 57, DType::bf16, Mode::forward, 25856},  // 228 blocks: a fifth segment
+      {128256, 58, DType::bf16, Mode::forward, -1},
       {50257, 128, DType::bf16, Mode::forward, 25344},
-      {50257, 333, DType::bf16, Mode::forward, 25344},
-      {50257, 334, DType::bf16, Mode::forward, -1},
-      {32000, 256, DType::bf16, Mode::forward, 0},
-      {32000, 512, DType::bf16, Mode::forward, 0},
-      {32000, 512, DType::fp32, Mode::forward, -1},
+      {50257, 146, DType::bf16, Mode::forward, 25344},
+      {50257, 147, DType::bf16, Mode::forward, -1},
+      {32000, 229, DType::bf16, Mode::forward, 16128},  // 229 blocks: a second segment
+      {32000, 230, DType::bf16, Mode::forward, -1},
+      {32000, 114, DType::fp32, Mode::forward, 10752},
+      {32000, 115, DType::fp32, Mode::forward, -1},
       {1000, 513, DType::bf16, Mode::forward, -1},
       {32000, 4096, DType::bf16, Mode::forward, -1},
   };

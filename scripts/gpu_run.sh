@@ -409,6 +409,14 @@ if [ -n "$clock_pid" ]; then
   note "$(python3 scripts/clock_summary.py "$OUT/clocks.csv")"
   rm -f "$OUT/clocks.csv"
 fi
+# The device tool brings back at most 8 files from $OUT and leaves the rest
+# out, in an order of its own: the thirty-fourth session lost a re-tune's JSONL
+# that way. So past 6 files everything but the JSONL (the tuned rows) goes
+# into one logs.tgz, and the summary says so.
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.jsonl' -printf '%P\n' | tar czf logs.tgz -T - --remove-files) &&
+    note "logs packed into logs.tgz (the device tool returns 8 files at most); kept apart: $(cd "$OUT" && ls *.jsonl 2>/dev/null | tr '\n' ' ')"
+fi
 echo
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}"

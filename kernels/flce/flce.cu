@@ -100,8 +100,7 @@ struct Layout {
   // a cluster holds, spread over the GPU with partials in global memory
   // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
   // ce_split: the split statistics (not fused), which end the call in their own
-  // kernels (ce_split_stats; one launch up to kCeOneLaunchTokens rows): no
-  // count_targets or reduce_loss around them.
+  // launch (ce_split_stats): no count_targets or reduce_loss of their own.
   int ce_splits = 1;
   bool ce_cluster = false, ce_spread = false, ce_one_launch = false, ce_split = false;
   // scaled_dz: the scaled X goes to dX's rows of the chunk until dX's GEMM

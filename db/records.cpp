@@ -27,7 +27,7 @@ void only_known_parts(const nlohmann::json& j, const Problem& p) {
   only_known(j.at("problem"), Problem{}, "problem");
   only_known(j.at("stats"), Stats{}, "stats");
   const auto& pj = j.at("problem");
-  if (pj.contains("key") && pj.at("key").get<std::string>() != p.key())
+  if (pj.contains("key") && json_field<std::string>(pj, "key") != p.key())
     fail_usage("problem key '" + pj.at("key").get<std::string>().substr(0, 200) + "' does not match its fields");
 }
 }  // namespace
@@ -37,11 +37,11 @@ void to_json(nlohmann::json& j, const Stats& s) {
                      {"samples", s.samples},     {"spread", s.spread}};
 }
 void from_json(const nlohmann::json& j, Stats& s) {
-  s.median_ms = j.at("median_ms").get<double>();
-  s.p20_ms = j.at("p20_ms").get<double>();
-  s.p80_ms = j.at("p80_ms").get<double>();
+  s.median_ms = json_field<double>(j, "median_ms");
+  s.p20_ms = json_field<double>(j, "p20_ms");
+  s.p80_ms = json_field<double>(j, "p80_ms");
   s.samples = json_int<int64_t>(j, "samples");
-  s.spread = j.at("spread").get<double>();
+  s.spread = json_field<double>(j, "spread");
 }
 
 void to_json(nlohmann::json& j, const Measurement& m) {
@@ -58,17 +58,17 @@ void to_json(nlohmann::json& j, const Measurement& m) {
 }
 void from_json(const nlohmann::json& j, Measurement& m) {
   only_known(j, Measurement{}, "measurement");
-  m.device = j.at("device").get<DeviceInfo>();
-  m.problem = j.at("problem").get<Problem>();
+  m.device = json_object<DeviceInfo>(j, "device");
+  m.problem = json_object<Problem>(j, "problem");
   only_known_parts(j, m.problem);
-  m.config = j.at("config").get<KernelConfig>();
-  m.kernel_hash = j.at("kernel_hash").get<std::string>();
-  m.status = j.at("status").get<std::string>();
-  m.reason = j.value("reason", std::string());
-  m.stats = j.at("stats").get<Stats>();
-  m.clock_start_mhz = j.value("clock_start_mhz", 0.0);
-  m.clock_end_mhz = j.value("clock_end_mhz", 0.0);
-  m.created_at = j.at("created_at").get<std::string>();
+  m.config = json_object<KernelConfig>(j, "config");
+  m.kernel_hash = json_field<std::string>(j, "kernel_hash");
+  m.status = json_field<std::string>(j, "status");
+  m.reason = json_field_or<std::string>(j, "reason", "");
+  m.stats = json_object<Stats>(j, "stats");
+  m.clock_start_mhz = json_field_or<double>(j, "clock_start_mhz", 0.0);
+  m.clock_end_mhz = json_field_or<double>(j, "clock_end_mhz", 0.0);
+  m.created_at = json_field<std::string>(j, "created_at");
 }
 
 void to_json(nlohmann::json& j, const BestEntry& b) {
@@ -85,17 +85,17 @@ void to_json(nlohmann::json& j, const BestEntry& b) {
 }
 void from_json(const nlohmann::json& j, BestEntry& b) {
   only_known(j, BestEntry{}, "best-entry");
-  b.device = j.at("device").get<DeviceInfo>();
-  b.problem = j.at("problem").get<Problem>();
+  b.device = json_object<DeviceInfo>(j, "device");
+  b.problem = json_object<Problem>(j, "problem");
   only_known_parts(j, b.problem);
-  b.config = j.at("config").get<KernelConfig>();
-  b.stats = j.at("stats").get<Stats>();
-  b.default_ms = j.at("default_ms").get<double>();
-  b.speedup = j.at("speedup").get<double>();
-  b.celtune_version = j.at("celtune_version").get<std::string>();
-  b.kernel_hash = j.at("kernel_hash").get<std::string>();
-  b.cublaslt = j.at("cublaslt").get<std::string>();
-  b.created_at = j.at("created_at").get<std::string>();
+  b.config = json_object<KernelConfig>(j, "config");
+  b.stats = json_object<Stats>(j, "stats");
+  b.default_ms = json_field<double>(j, "default_ms");
+  b.speedup = json_field<double>(j, "speedup");
+  b.celtune_version = json_field<std::string>(j, "celtune_version");
+  b.kernel_hash = json_field<std::string>(j, "kernel_hash");
+  b.cublaslt = json_field<std::string>(j, "cublaslt");
+  b.created_at = json_field<std::string>(j, "created_at");
 }
 
 std::string utc_now_iso8601() {

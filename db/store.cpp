@@ -948,7 +948,7 @@ Records read_jsonl(std::istream& in) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       const auto j = parse_json_strict(line);
-      const auto kind = j.at("record").get<std::string>();
+      const auto kind = json_field<std::string>(j, "record");
       if (kind == "best") {
         r.best.push_back(j.get<BestEntry>());
         check_record(r.best.back());

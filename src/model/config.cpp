@@ -242,19 +242,19 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
     c.threads = json_int_or<int>(j, "threads", c.threads);
     c.rows_per_block = json_int_or<int>(j, "rows_per_block", c.rows_per_block);
     c.workspace_mib = json_int_or<int>(j, "workspace_mib", c.workspace_mib);
-    if (j.contains("dw_acc_fp32")) c.dw_acc_fp32 = j.at("dw_acc_fp32").get<bool>();
-    if (j.contains("dx_acc_fp32")) c.dx_acc_fp32 = j.at("dx_acc_fp32").get<bool>();
-    if (j.contains("fused")) c.fused = j.at("fused").get<bool>();
+    c.dw_acc_fp32 = json_field_or<bool>(j, "dw_acc_fp32", c.dw_acc_fp32);
+    c.dx_acc_fp32 = json_field_or<bool>(j, "dx_acc_fp32", c.dx_acc_fp32);
+    c.fused = json_field_or<bool>(j, "fused", c.fused);
     if (j.contains("impl")) {
-      const auto impl = j.at("impl").get<std::string>();
+      const auto impl = json_field<std::string>(j, "impl");
       if (impl == "fused")
         c.impl = KernelConfig::Impl::fused;
       else if (impl != "cublaslt")
         fail_usage("config: impl must be \"cublaslt\" or \"fused\", got \"" + impl + "\"");
     }
-    if (j.contains("logits_kernel")) c.logits_kernel = j.at("logits_kernel").get<std::string>();
-    if (j.contains("dw_kernel")) c.dw_kernel = j.at("dw_kernel").get<std::string>();
-    if (j.contains("gemm_algos")) c.gemm_algos = j.at("gemm_algos").get<std::vector<std::string>>();
+    c.logits_kernel = json_field_or<std::string>(j, "logits_kernel", c.logits_kernel);
+    c.dw_kernel = json_field_or<std::string>(j, "dw_kernel", c.dw_kernel);
+    c.gemm_algos = json_field_or<std::vector<std::string>>(j, "gemm_algos", c.gemm_algos);
     c.gemm_algos_cublaslt = json_int_or<int64_t>(j, "gemm_algos_cublaslt", c.gemm_algos_cublaslt);
   } catch (const nlohmann::json::exception& e) {
     fail_usage(std::string("config: ") + e.what());

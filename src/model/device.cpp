@@ -15,14 +15,14 @@ void to_json(nlohmann::json& j, const DeviceInfo& d) {
 }
 
 void from_json(const nlohmann::json& j, DeviceInfo& d) {
-  d.id = j.value("id", std::string());
-  d.name = j.at("name").get<std::string>();
-  d.arch = j.at("arch").get<std::string>();
+  d.id = json_field_or<std::string>(j, "id", "");
+  d.name = json_field<std::string>(j, "name");
+  d.arch = json_field<std::string>(j, "arch");
   d.sm_count = json_int<int>(j, "sm_count");
   d.memory_bytes = json_int<int64_t>(j, "memory_bytes");
-  d.driver = j.at("driver").get<std::string>();
-  d.runtime = j.at("runtime").get<std::string>();
-  d.cublaslt = j.at("cublaslt").get<std::string>();
+  d.driver = json_field<std::string>(j, "driver");
+  d.runtime = json_field<std::string>(j, "runtime");
+  d.cublaslt = json_field<std::string>(j, "cublaslt");
   d.cublaslt_version = json_int_or<int64_t>(j, "cublaslt_version", 0);
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,6 +54,50 @@ inline nlohmann::json parse_json_strict(const std::string& text) {
 template <typename T>
 T json_int_or(const nlohmann::json& j, const char* key, T fallback) {
   return j.contains(key) ? json_int<T>(j, key) : fallback;
+}
+
+// What a field of type T must be, as the errors below say it.
+template <typename T>
+constexpr const char* json_type_name() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  else if constexpr (std::is_same_v<T, bool>) return "true or false";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "an array of strings";
+  else return "a number";
+}
+
+// A field of type T (a string, a number, a bool, an array of strings) from JSON
+// that came from outside. A wrong type is Error(usage) naming the field, where
+// nlohmann's type_error names only the types ("type must be number, but is
+// string": which of a record's forty fields?). A missing field stays nlohmann's
+// out_of_range, whose message names the key.
+template <typename T>
+T json_field(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  try {
+    return v.get<T>();
+  } catch (const nlohmann::json::type_error&) {
+    fail_usage(std::string("'") + key + "' must be " + json_type_name<T>() + ", got " + v.dump().substr(0, 40));
+  }
+}
+template <typename T>
+T json_field_or(const nlohmann::json& j, const char* key, T fallback) {
+  return j.contains(key) ? json_field<T>(j, key) : fallback;
+}
+
+// A nested object (a record's device, problem, config, stats) read with its own
+// from_json: an error inside names the object as well ("problem: 'softcap' must
+// be a number, got "abc"").
+template <typename T>
+T json_object(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  try {
+    return v.get<T>();
+  } catch (const Error& e) {
+    throw Error(e.status(), std::string(key) + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    if (!v.is_object()) fail_usage(std::string("'") + key + "' must be an object, got " + v.dump().substr(0, 40));
+    fail_usage(std::string(key) + ": " + e.what());
+  }
 }
 
 }  // namespace celtune

@@ -171,7 +171,7 @@ void to_json(nlohmann::json& j, const Problem& p) {
 }
 
 void from_json(const nlohmann::json& j, Problem& p) {
-  auto str = [&](const char* k) { return j.at(k).get<std::string>(); };
+  auto str = [&](const char* k) { return json_field<std::string>(j, k); };
   p.family = parse_enum(parse_family(str("family")), str("family"), "family");
   p.tokens = json_int<int64_t>(j, "tokens");
   p.hidden = json_int<int64_t>(j, "hidden");
@@ -180,10 +180,10 @@ void from_json(const nlohmann::json& j, Problem& p) {
   p.target_type = parse_enum(parse_target_type(str("target_type")), str("target_type"), "target type");
   p.loss.ignore_index = json_int<int64_t>(j, "ignore_index");
   p.loss.reduction = parse_enum(parse_reduction(str("reduction")), str("reduction"), "reduction");
-  p.loss.label_smoothing = j.at("label_smoothing").get<double>();
-  p.loss.softcap = j.at("softcap").get<double>();
-  p.loss.z_loss = j.at("z_loss").get<double>();
-  p.bias = j.at("bias").get<bool>();
+  p.loss.label_smoothing = json_field<double>(j, "label_smoothing");
+  p.loss.softcap = json_field<double>(j, "softcap");
+  p.loss.z_loss = json_field<double>(j, "z_loss");
+  p.bias = json_field<bool>(j, "bias");
   p.mode = parse_enum(parse_mode(str("mode")), str("mode"), "mode");
 }
 

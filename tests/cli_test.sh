@@ -634,7 +634,7 @@ expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a
 "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a-int.jsonl"
 python3 - "$tmp/a-int.jsonl" "$tmp/big.jsonl" <<'PY'
 import json, sys
-m = next(r for r in map(json.loads, open(sys.argv[1])) if r.get("record") == "measurement")
+m = next(map(json.loads, open(sys.argv[1])))  # a best entry: a.sqlite holds no measurements
 n0 = m["problem"]["tokens"]
 with open(sys.argv[2], "w") as out:
     for n in range(1, 20001):
@@ -643,7 +643,10 @@ with open(sys.argv[2], "w") as out:
         n0 = n
         out.write(json.dumps(m) + "\n")
 PY
-"$celtune" db --db "$tmp/big.sqlite" import "$tmp/big.jsonl" >/dev/null 2>&1
+# (Until the thirty-fourth session this picked a measurement, which a.sqlite
+# lacks: big.jsonl came out empty and the merge failed on a missing input, so
+# the check below passed without a merge to interrupt.)
+expect 0 "import 20000 rows to merge" -- "$celtune" db --db "$tmp/big.sqlite" import "$tmp/big.jsonl"
 "$celtune" db merge "$tmp/big.sqlite" "$tmp/a.sqlite" -o "$tmp/int-m.sqlite" >/dev/null 2>&1 &
 merger=$!
 for _ in $(seq 200); do ls "$tmp" | grep -qE '^int-m\.sqlite\..*-(wal|journal)$' && break; sleep 0.05; done

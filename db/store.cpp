@@ -30,8 +30,23 @@
 namespace celtune::db {
 namespace {
 
+// SQLite's error as a user can act on it. A file that is not a database at all
+// (random bytes, a JSONL passed as --db) or a damaged one is said so first,
+// SQLite's words after: "step: file is not a database" named an internal call.
+[[noreturn]] void fail_sqlite(int rc, const std::string& path, const std::string& what, const std::string& message) {
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+      fail_env("database " + path + " is not an SQLite database (SQLite: " + message +
+               "); JSON lines go in with `celtune db --db DB import FILE`");
+    case SQLITE_CORRUPT:
+      fail_env("database " + path + " is damaged (SQLite: " + message + ")");
+    default:
+      fail_env("database " + path + ": " + (what.empty() ? "" : what + ": ") + message);
+  }
+}
 [[noreturn]] void fail_db(sqlite3* db, const std::string& path, const std::string& what) {
-  fail_env("database " + path + ": " + what + ": " + (db ? sqlite3_errmsg(db) : "out of memory"));
+  if (!db) fail_env("database " + path + ": " + what + ": out of memory");
+  fail_sqlite(sqlite3_extended_errcode(db), path, what, sqlite3_errmsg(db));
 }
 
 // A prepared statement, finalized on scope exit. Bind by 1-based position.
@@ -107,7 +122,7 @@ void exec(sqlite3* db, const std::string& path, const char* sql) {
   if (rc != SQLITE_OK) {
     std::string m = err ? err : sqlite3_errmsg(db);
     sqlite3_free(err);
-    fail_env("database " + path + ": " + m);
+    fail_sqlite(rc, path, "", m);
   }
 }
 

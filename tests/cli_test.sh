@@ -262,9 +262,16 @@ test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1
 head -c 5000 /dev/urandom >"$tmp/junk.sqlite"
 cp "$tmp/junk.sqlite" "$tmp/junk.copy"
 expect 3 "db list of random bytes" -- "$celtune" db --db "$tmp/junk.sqlite" list
+contains err "junk.sqlite is not an SQLite database" "the message says what the file is not"
 expect 3 "db import into random bytes" -- "$celtune" db --db "$tmp/junk.sqlite" import /dev/null
 expect 3 "tune into random bytes" -- "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/junk.sqlite"
 cmp -s "$tmp/junk.sqlite" "$tmp/junk.copy" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a damaged database was modified"; }
+# A database with a page torn (its second page overwritten) is said to be damaged.
+cp "$tmp/t.sqlite" "$tmp/torn.sqlite"
+python3 -c 'import sys; f = open(sys.argv[1], "r+b"); h = f.read(100); ps = int.from_bytes(h[16:18], "big") or 65536; f.seek(ps); f.write(b"\xff" * ps)' \
+  "$tmp/torn.sqlite"
+expect 3 "db export of a torn database" -- "$celtune" db --db "$tmp/torn.sqlite" export -o "$tmp/torn.jsonl"
+contains err "torn.sqlite is damaged" "the message says the database is damaged"
 
 # db: import → list → export → merge round trip through the CLI.
 cat >"$tmp/in.jsonl" <<'JL'

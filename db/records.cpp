@@ -27,8 +27,9 @@ void only_known_parts(const nlohmann::json& j, const Problem& p) {
   only_known(j.at("problem"), Problem{}, "problem");
   only_known(j.at("stats"), Stats{}, "stats");
   const auto& pj = j.at("problem");
-  if (pj.contains("key") && json_field<std::string>(pj, "key") != p.key())
-    fail_usage("problem key '" + pj.at("key").get<std::string>().substr(0, 200) + "' does not match its fields");
+  if (!pj.contains("key")) return;
+  const auto key = json_field<std::string>(pj, "key");
+  if (key != p.key()) fail_usage("problem key '" + key.substr(0, 200) + "' does not match its fields");
 }
 }  // namespace
 

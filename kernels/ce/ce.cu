@@ -1390,9 +1390,8 @@ __global__ void reduce_loss_kernel(const float* token_loss, int64_t tokens, Redu
   if (threadIdx.x == 0) *loss = total;
 }
 
-// count_targets_kernel and reduce_loss_kernel in one pass over the tokens, each
-// token's target and loss loaded together; the losses summed in reduce_loss's
-// order (the same block size), so the loss has the same bits.
+// db's column sums of one dZ tile (or, scaled_dz, of q with each row's factor
+// a_i), one thread a column, accumulated in fp32 across row chunks.
 template <typename T>
 __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_scale) {
   const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;

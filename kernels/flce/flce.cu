@@ -99,8 +99,10 @@ struct Layout {
   // cluster of one), which needs no partials, or, split among more blocks than
   // a cluster holds, spread over the GPU with partials in global memory
   // (ce_spread); either runs a call of a few rows in one launch (ce_one_launch).
-  // ce_split: the split statistics (not fused), which end the call in their own
-  // launch (ce_split_stats): no count_targets or reduce_loss of their own.
+  // ce_split: the split statistics (not fused), which count the targets and
+  // reduce the loss themselves (ce_split_stats: in the part kernel up to
+  // kCeOneLaunchTokens rows, else in their merge and count_reduce launches), so
+  // the call runs no count_targets or reduce_loss of its own.
   int ce_splits = 1;
   bool ce_cluster = false, ce_spread = false, ce_one_launch = false, ce_split = false;
   // scaled_dz: the scaled X goes to dX's rows of the chunk until dX's GEMM

@@ -406,11 +406,9 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
   // then, until db/tuned/ is re-tuned and re-exported for each GPU. The H200's
   // rows (kernel hash f0aede1fb0c9a601) await a re-tune on an H200: sessions
   // that got no H200 merged kernel changes with the H100's re-tune alone
-  // (docs/results.md, thirty-third and thirty-fourth sessions). Until then its
+  // (docs/results.md, thirty-third to thirty-fifth sessions). Until then its
   // stale rows are skipped and it borrows the H100's (same arch, current
-  // kernels); flip it back to true once re-tuned. The H100's Llama-3-70B rows
-  // stay on 973f6cf369f5193e too (the thirty-fourth session's device time ran
-  // out before that preset): Llama-3-70B runs the built-in default until then.
+  // kernels); flip it back to true once re-tuned.
   const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", true}, {"NVIDIA H200", false}};
   for (const auto& [gpu, current] : gpus) {
     CAPTURE(gpu);

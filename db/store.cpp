@@ -817,6 +817,14 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
                                     std::pair{"runtime", &d.runtime}, std::pair{"cublaslt", &d.cublaslt}})
     if (!printable(*text, 64))
       fail_usage(std::string("device ") + field + " must be at most 64 bytes of UTF-8 without control characters");
+  // The backends' arch: "cpu", or "sm_" and the compute capability's digits
+  // (major then minor, as cuda_backend writes it). An empty or made-up arch made
+  // a second device row that `db list` showed as a twin of the first.
+  const bool sm_arch = d.arch.size() >= 5 && d.arch.size() <= 7 && d.arch.compare(0, 3, "sm_") == 0 &&
+                       std::all_of(d.arch.begin() + 3, d.arch.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (d.arch != "cpu" && !sm_arch)
+    fail_usage("device arch must be \"cpu\" or \"sm_\" and the compute capability (sm_90), got '" +
+               d.arch.substr(0, 64) + "'");
   // Every device that measures has a processor (the CPU backend's count is its
   // threads): a row from an sm_90 device with 0 SMs imported.
   if (d.sm_count < 1) fail_usage("device sm_count must be ≥ 1, got " + std::to_string(d.sm_count));
@@ -928,13 +936,9 @@ void check_record(const Measurement& m) {
 }
 
 namespace {
-// nlohmann's message without its "[json.exception.type_error.304] " tag, which
-// names the library's internals, not the record ("cannot use at() with array":
-// the line is a JSON array, not an object).
+// nlohmann's message as json_error_text gives it, a type error said as one.
 std::string json_reason(const nlohmann::json::exception& e) {
-  std::string w = e.what();
-  if (w.rfind("[json.exception.", 0) == 0)
-    if (const auto end = w.find("] "); end != std::string::npos) w.erase(0, end + 2);
+  std::string w = json_error_text(e);
   if (dynamic_cast<const nlohmann::json::type_error*>(&e) != nullptr) w = "a field has the wrong type (" + w + ")";
   return w;
 }
@@ -963,6 +967,9 @@ Records read_jsonl(std::istream& in) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       const auto j = parse_json_strict(line);
+      // A line that is valid JSON but no object ([1,2], 7) read "a field has
+      // the wrong type (cannot use at() with array)".
+      if (!j.is_object()) fail_usage(std::string("a record is a JSON object, not ") + j.type_name());
       const auto kind = json_field<std::string>(j, "record");
       if (kind == "best") {
         r.best.push_back(j.get<BestEntry>());

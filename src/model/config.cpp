@@ -257,7 +257,7 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
     c.gemm_algos = json_field_or<std::vector<std::string>>(j, "gemm_algos", c.gemm_algos);
     c.gemm_algos_cublaslt = json_int_or<int64_t>(j, "gemm_algos_cublaslt", c.gemm_algos_cublaslt);
   } catch (const nlohmann::json::exception& e) {
-    fail_usage(std::string("config: ") + e.what());
+    fail_usage("config: " + json_error_text(e));
   }
 }
 
@@ -266,7 +266,7 @@ KernelConfig parse_config_json(const std::string& text) {
   try {
     j = parse_json_strict(text);
   } catch (const nlohmann::json::exception& e) {
-    fail_usage(std::string("config is not valid JSON: ") + e.what());
+    fail_usage("config is not valid JSON: " + json_error_text(e));
   } catch (const Error& e) {
     fail_usage(std::string("config: ") + e.what());
   }

@@ -33,6 +33,20 @@ T json_int(const nlohmann::json& j, const char* key) {
   return static_cast<T>(s);
 }
 
+// nlohmann's message for people: without its "[json.exception.parse_error.101] "
+// tag, which names the library's internals, and a missing key said as a field
+// ("key 'record' not found" → "no 'record' field").
+inline std::string json_error_text(const nlohmann::json::exception& e) {
+  std::string w = e.what();
+  if (w.rfind("[json.exception.", 0) == 0)
+    if (const auto end = w.find("] "); end != std::string::npos) w.erase(0, end + 2);
+  const std::string head = "key '", tail = "' not found";
+  if (w.size() > head.size() + tail.size() && w.rfind(head, 0) == 0 &&
+      w.compare(w.size() - tail.size(), tail.size(), tail) == 0)
+    w = "no '" + w.substr(head.size(), w.size() - head.size() - tail.size()) + "' field";
+  return w;
+}
+
 // JSON text from outside, parsed with one more check than nlohmann's: a key that
 // appears twice in one object is Error(usage), where nlohmann keeps the last and
 // a hand-edited record or config would silently mean something else.

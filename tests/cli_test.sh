@@ -132,6 +132,33 @@ expect 1 "tune with no candidate within --max-scratch" -- "$celtune" tune --devi
   --max-scratch 1KiB --db "$tmp/empty-new.sqlite"
 [ -z "$(ls "$tmp" | grep '^empty-new')" ] && passes=$((passes + 1)) \
   || { fails=$((fails + 1)); echo "FAIL: a tune that stored nothing left its new database"; ls "$tmp" | grep '^empty-new'; }
+# A new database is made whole before it appears: a write cut short while its
+# schema went in (a full disk; here a file-size limit) left a 4 KiB file without
+# one, which every later command refused as "not a celtune database".
+(trap '' XFSZ; ulimit -f 2; "$celtune" tune --device cpu --shape 48,16,700 --db "$tmp/xfsz-new.sqlite" \
+  --min-runs 3 --max-runs 3 >"$tmp/out" 2>"$tmp/err")
+[ $? -eq 3 ] && [ -z "$(ls "$tmp" | grep '^xfsz-new')" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a tune cut short by a full disk left files"; ls "$tmp" | grep '^xfsz-new'; cat "$tmp/err"; }
+expect 0 "the same new database, once there is room" -- "$celtune" tune --device cpu --shape 48,16,700 \
+  --db "$tmp/xfsz-new.sqlite" --min-runs 3 --max-runs 3
+# Interrupted (SIGTERM; a background job ignores SIGINT, and so does celtune
+# then) before it stores a row, a tune takes its new database away again
+# (Ctrl-C left an empty database, its -wal and its -shm); once a row is stored,
+# the database stays with what it holds.
+"$celtune" tune --device cpu --shape 1024,512,32000 --dtype fp32 --db "$tmp/int-t.sqlite" --min-runs 3 \
+  --max-runs 3 >/dev/null 2>&1 &
+tuner=$!
+for _ in $(seq 200); do [ -e "$tmp/int-t.sqlite-wal" ] && break; sleep 0.05; done
+kill -TERM "$tuner" 2>/dev/null; wait "$tuner"
+[ -z "$(ls "$tmp" | grep '^int-t')" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a tune interrupted before its first row left files"; ls -la "$tmp" | grep 'int-t'; }
+cp "$tmp/xfsz-new.sqlite" "$tmp/int-kept.sqlite"
+"$celtune" tune --device cpu --shape 1024,512,32000 --dtype fp32 --db "$tmp/int-kept.sqlite" --min-runs 3 \
+  --max-runs 3 >/dev/null 2>&1 &
+tuner=$!
+sleep 0.5; kill -TERM "$tuner" 2>/dev/null; wait "$tuner"
+expect 0 "an interrupted tune leaves an existing database" -- "$celtune" db --db "$tmp/int-kept.sqlite" list
+contains out "N48:H16:V700" "its stored row is still there"
 expect 2 "bad shard" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 4/4 --db "$tmp/t.sqlite"
 expect 2 "unknown strategy" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy annealing
 expect 0 "tune cpu" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 --db "$tmp/t.sqlite" --min-runs 3 --max-runs 3 --json
@@ -291,6 +318,10 @@ contains out '"block_size":1024' "merge kept the faster config"
 # whose inputs shared a key "2 won" where one row was stored.
 expect 0 "import an empty file" -- "$celtune" db --db "$tmp/sum.sqlite" import /dev/null
 contains out "nothing imported" "an empty import says so"
+[ ! -e "$tmp/sum.sqlite" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: importing nothing created a new database"; }
+expect 0 "import an empty standard input" -- bash -c '"$0" db --db "$1" import - </dev/null' "$celtune" "$tmp/sum.sqlite"
+contains out "standard input holds no records" "standard input is named as such"
 grep -q "0 of 0" "$tmp/out" && { fails=$((fails + 1)); echo "FAIL: an empty import printed '0 of 0'"; } || passes=$((passes + 1))
 cat "$tmp/in.jsonl" "$tmp/in.jsonl" >"$tmp/twice.jsonl"
 expect 0 "import one best record twice" -- "$celtune" db --db "$tmp/sum.sqlite" import "$tmp/twice.jsonl"

@@ -1,9 +1,6 @@
 // celtune db: list, export, import and merge tuning databases.
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +18,7 @@
 #include "db/store.hpp"
 #include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
+#include "new_database.hpp"
 #include "output.hpp"
 
 namespace celtune::cli {
@@ -177,71 +175,6 @@ int do_export(const DbArgs& a) {
   return 0;
 }
 
-// A new database's files while it is written under a temporary name, removed
-// if the process is interrupted (SIGINT, SIGTERM, SIGHUP) before it is renamed
-// into place: unlink is async-signal-safe, the paths are fixed before the
-// handlers go in.
-char g_new_db[4][4096];
-int g_new_db_count = 0;
-
-extern "C" void remove_new_db_and_die(int sig) {
-  for (int i = 0; i < g_new_db_count; ++i) ::unlink(g_new_db[i]);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-// Removes the temporary database's files on exceptions (and, through the
-// handlers it installs, on the signals above) until released.
-class NewDatabase {
- public:
-  explicit NewDatabase(const std::string& final_path) {
-    path_ = final_path + ".XXXXXX";
-    const int fd = ::mkstemp(path_.data());
-    if (fd < 0) fail_env("cannot create a temporary database beside " + final_path + ": " + std::strerror(errno));
-    ::close(fd);
-    // mkstemp makes it 0600; a database created in place follows the umask.
-    ::chmod(path_.c_str(), new_file_mode());
-    g_new_db_count = 0;
-    auto remember = [](const std::string& f) {
-      if (f.size() < sizeof g_new_db[0]) std::memcpy(g_new_db[g_new_db_count++], f.c_str(), f.size() + 1);
-    };
-    remember(path_);
-    for (const char* suffix : db::kJournalSuffixes) remember(path_ + suffix);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, remove_new_db_and_die);
-  }
-  ~NewDatabase() {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
-    g_new_db_count = 0;
-    if (!released_) db::remove_database_files(path_);
-  }
-  const std::string& path() const { return path_; }
-  // Puts the closed database at `final_path`, never over a file that appeared
-  // there meanwhile (link fails on an existing name, where rename replaces it).
-  void place(const std::string& final_path) {
-    std::error_code ec;
-    for (const char* suffix : {"-wal", "-journal"})
-      if (std::filesystem::file_size(path_ + suffix, ec) > 0 && !ec)
-        fail_env("the new database " + path_ + " was closed with its " + std::string(suffix + 1) +
-                 " file still holding changes; nothing was written to " + final_path);
-    if (::link(path_.c_str(), final_path.c_str()) != 0) {
-      // A file system without hard links (vfat, some network mounts): rename,
-      // after checking the name is still free (a narrower guard, the same end).
-      const int err = errno;
-      const bool no_links = err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == EMLINK || err == ENOSYS;
-      if (!no_links || std::filesystem::exists(final_path, ec))
-        fail_env("cannot create database " + final_path + ": " + std::strerror(err));
-      std::filesystem::rename(path_, final_path, ec);
-      if (ec) fail_env("cannot create database " + final_path + ": " + ec.message());
-    }
-    released_ = true;
-    db::remove_database_files(path_);  // the name only: the database lives on at final_path
-  }
-
- private:
-  std::string path_;
-  bool released_ = false;
-};
-
 // Offers `records` to the database at `path` in one transaction and prints
 // `summary` of the outcome before it commits, standard output checked: a
 // summary that cannot be written (exit 3) rolls the write back. (Printed after
@@ -294,8 +227,17 @@ int do_import(const DbArgs& a) {
   if (in.bad() || (from_stdin && std::ferror(stdin)))
     fail_env("error reading " + (from_stdin ? std::string("standard input") : a.input) + "; nothing was imported");
   const std::string path = writable_db_path(named);
+  const std::string source = from_stdin ? std::string("standard input") : a.input;
+  // Nothing to import into a database that does not exist yet: create none
+  // (an empty input left an empty new database that the user never asked for).
+  std::error_code exists_ec;
+  if (records.empty() && !std::filesystem::exists(path, exists_ec)) {
+    std::cout << "nothing imported: " << source << " holds no records; " << path << " was not created\n";
+    flush_stdout();
+    return 0;
+  }
   offer_and_report(path, records, [&](const db::ImportCounts& n) {
-    return n.records() == 0 ? "nothing imported into " + path + ": " + a.input + " holds no records"
+    return n.records() == 0 ? "nothing imported into " + path + ": " + source + " holds no records"
                             : "imported " + outcome(n, "the input", path);
   });
   return 0;

@@ -17,6 +17,7 @@
 #include "db/paths.hpp"
 #include "kernels/backend.hpp"
 #include "model/error.hpp"
+#include "new_database.hpp"
 #include "output.hpp"
 #include "problem_args.hpp"
 #include "tuners/tune.hpp"
@@ -221,7 +222,14 @@ Action register_tune(CLI::App& app) {
         }
       }
     } drop_if_empty{db_path, !std::filesystem::exists(db_path, exists_ec)};
-    { db::Store check(db_path, db::Access::read_write); }
+    // A new database is made whole before it appears (a full disk left one
+    // without its schema, refused by every command after), and until a row is
+    // stored an interrupt takes it away again.
+    if (drop_if_empty.armed) drop_if_empty.armed = create_database(db_path);
+    if (!drop_if_empty.armed) {
+      db::Store check(db_path, db::Access::read_write);
+    }
+    const RemoveIfUnwrittenOnSignal drop_on_signal(drop_if_empty.armed ? db_path : std::string());
 
     const bool bar = !a->json && isatty(2);
     // Piped (a batch job's log), the table comes at the end: say what runs, and

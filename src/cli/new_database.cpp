@@ -1,0 +1,130 @@
+#include "new_database.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "db/paths.hpp"
+#include "db/store.hpp"
+#include "model/error.hpp"
+#include "output.hpp"
+
+namespace celtune::cli {
+namespace {
+
+// The files a signal removes: the database, then its journal files in
+// kJournalSuffixes' order ("-wal" first). Fixed before the handlers go in;
+// the handler calls only stat, unlink, signal and raise (async-signal-safe).
+constexpr int kMaxFiles = 4;
+char g_files[kMaxFiles][4096];
+volatile sig_atomic_t g_count = 0;
+volatile sig_atomic_t g_only_if_unwritten = 0;
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+// What each signal did before: restored by disarm, and a signal the parent
+// ignored (SIGINT in a shell's background job, SIGHUP under nohup) stays ignored.
+using Handler = void (*)(int);
+Handler g_previous[3] = {SIG_DFL, SIG_DFL, SIG_DFL};
+
+extern "C" void remove_and_die(int sig) {
+  // Nothing committed yet: a connection is open (its -wal exists) and no
+  // transaction has written a frame to it. No -wal is not proof of that: the
+  // last connection to close folds the log in and removes it.
+  struct stat wal {};
+  const bool unwritten = !g_only_if_unwritten || (::stat(g_files[1], &wal) == 0 && wal.st_size == 0);
+  if (unwritten)
+    for (int i = 0; i < g_count; ++i) ::unlink(g_files[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Returns whether the handlers went in (a path too long for the table: not).
+bool arm(const std::string& path, bool only_if_unwritten) {
+  static_assert(sizeof db::kJournalSuffixes / sizeof db::kJournalSuffixes[0] + 1 == kMaxFiles);
+  if (path.size() + 16 >= sizeof g_files[0]) return false;
+  g_count = 0;
+  std::memcpy(g_files[0], path.c_str(), path.size() + 1);
+  int n = 1;
+  for (const char* suffix : db::kJournalSuffixes) {
+    const std::string f = path + suffix;
+    std::memcpy(g_files[n++], f.c_str(), f.size() + 1);
+  }
+  g_only_if_unwritten = only_if_unwritten;
+  g_count = n;
+  for (int i = 0; i < 3; ++i) {
+    g_previous[i] = ::signal(kSignals[i], remove_and_die);
+    if (g_previous[i] == SIG_IGN) ::signal(kSignals[i], SIG_IGN);
+  }
+  return true;
+}
+
+void disarm() {
+  for (int i = 0; i < 3; ++i) ::signal(kSignals[i], g_previous[i] == SIG_ERR ? SIG_DFL : g_previous[i]);
+  g_count = 0;
+}
+
+}  // namespace
+
+NewDatabase::NewDatabase(const std::string& final_path) {
+  path_ = final_path + ".XXXXXX";
+  const int fd = ::mkstemp(path_.data());
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EACCES || err == EPERM || err == EROFS)  // said as Store says it of an existing database
+      fail_env("the folder of database " + final_path + " is not writable: " + std::strerror(err));
+    fail_env("cannot create a temporary database beside " + final_path + ": " + std::strerror(err));
+  }
+  ::close(fd);
+  // mkstemp makes it 0600; a database created in place follows the umask.
+  ::chmod(path_.c_str(), new_file_mode());
+  arm(path_, false);
+}
+
+NewDatabase::~NewDatabase() {
+  disarm();
+  if (!released_) db::remove_database_files(path_);
+}
+
+bool NewDatabase::place(const std::string& final_path, bool exists_ok) {
+  std::error_code ec;
+  for (const char* suffix : {"-wal", "-journal"})
+    if (std::filesystem::file_size(path_ + suffix, ec) > 0 && !ec)
+      fail_env("the new database " + path_ + " was closed with its " + std::string(suffix + 1) +
+               " file still holding changes; nothing was written to " + final_path);
+  if (::link(path_.c_str(), final_path.c_str()) != 0) {
+    // A file system without hard links (vfat, some network mounts): rename,
+    // after checking the name is still free (a narrower guard, the same end).
+    const int err = errno;
+    if (err == EEXIST && exists_ok) return false;  // the destructor removes ours
+    const bool no_links = err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == EMLINK || err == ENOSYS;
+    if (!no_links || std::filesystem::exists(final_path, ec)) {
+      if (exists_ok && std::filesystem::exists(final_path, ec)) return false;
+      fail_env("cannot create database " + final_path + ": " + std::strerror(err));
+    }
+    std::filesystem::rename(path_, final_path, ec);
+    if (ec) fail_env("cannot create database " + final_path + ": " + ec.message());
+  }
+  released_ = true;
+  db::remove_database_files(path_);  // the name only: the database lives on at final_path
+  return true;
+}
+
+bool create_database(const std::string& path) {
+  NewDatabase fresh(path);
+  { db::Store s(fresh.path(), db::Access::read_write); }  // closed: SQLite folds its WAL back in
+  return fresh.place(path, true);
+}
+
+RemoveIfUnwrittenOnSignal::RemoveIfUnwrittenOnSignal(const std::string& path) {
+  armed_ = !path.empty() && arm(path, true);
+}
+
+RemoveIfUnwrittenOnSignal::~RemoveIfUnwrittenOnSignal() {
+  if (armed_) disarm();
+}
+
+}  // namespace celtune::cli

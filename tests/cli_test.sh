@@ -130,6 +130,7 @@ expect 2 "bad max-scratch" -- "$celtune" tune --device cpu --shape 8,16,200 --ma
 # A database the run creates and leaves empty is not left behind.
 expect 1 "tune with no candidate within --max-scratch" -- "$celtune" tune --device cpu --shape 48,16,700 \
   --max-scratch 1KiB --db "$tmp/empty-new.sqlite"
+contains out "within --max-scratch 1.0 KiB: the least scratch a config of it needs is" "the message names the limit and the need"
 [ -z "$(ls "$tmp" | grep '^empty-new')" ] && passes=$((passes + 1)) \
   || { fails=$((fails + 1)); echo "FAIL: a tune that stored nothing left its new database"; ls "$tmp" | grep '^empty-new'; }
 # A new database is made whole before it appears: a write cut short while its

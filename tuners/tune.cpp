@@ -1,6 +1,7 @@
 #include "tune.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -90,7 +91,23 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   const SpaceLimits limits = backend_limits(backend, o.max_scratch);
   const auto cands = enumerate(space, p, limits);
   res.candidates = cands.size();
-  if (cands.empty()) throw Error(Status::failure, "no config of the search space fits " + p.key() + " within the limits");
+  if (cands.empty()) {
+    // Say which limit: a --max-scratch below every config's need (the README's
+    // Gemma-2-2B tune at 1 GiB on the CPU backend) read "within the limits", as
+    // if the problem were unsupported.
+    std::string why = "no config of the search space fits " + p.key();
+    SpaceLimits unlimited = limits;
+    unlimited.max_scratch = SIZE_MAX;
+    size_t least = SIZE_MAX;
+    if (limits.scratch_bytes && o.max_scratch != SIZE_MAX)
+      for (const Candidate& c : enumerate(space, p, unlimited)) least = std::min(least, limits.scratch_bytes(p, c.config));
+    if (least != SIZE_MAX)
+      why += " within --max-scratch " + human_bytes(static_cast<double>(o.max_scratch)) +
+             ": the least scratch a config of it needs is " + human_bytes(static_cast<double>(least));
+    else
+      why += " that this device runs";
+    throw Error(Status::failure, why);
+  }
 
   const DeviceInfo& dev = backend.device();
   const std::string hash = kernel_source_hash();

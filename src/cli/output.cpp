@@ -68,13 +68,6 @@ std::string counted(size_t n, const std::string& one, const std::string& many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt(u ? "%.1f " : "%.0f ", b) + units[u];
-}
-
 void flush_stdout() {
   errno = 0;
   if (!std::cout.flush())

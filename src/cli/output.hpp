@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/types.hpp"  // human_bytes
+
 namespace celtune::cli {
 
 class Table {
@@ -42,7 +44,6 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
 // temporary, not for what it becomes).
 mode_t new_file_mode();
 void commit_file(const std::string& tmp, const std::string& path);
-std::string human_bytes(double bytes);
 // "1 problem", "3 problems": a count with its noun, singular for one.
 std::string counted(size_t n, const std::string& one, const std::string& many);
 

@@ -1,6 +1,7 @@
 #include "types.hpp"
 
 #include <array>
+#include <cstdio>
 #include <utility>
 
 namespace celtune {
@@ -31,6 +32,15 @@ std::optional<E> parse_of(const Names<E, K>& names, std::string_view s) {
 }
 
 }  // namespace
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
 
 std::string_view to_string(Family e) { return name_of(kFamily, e); }
 std::string_view to_string(DType e) { return name_of(kDType, e); }

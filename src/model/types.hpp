@@ -16,6 +16,9 @@ enum class TargetType { i32, i64 };
 enum class Reduction { mean, sum, none };
 enum class Mode { forward, forward_backward };
 
+// "512 B", "1.5 KiB", "255.8 MiB": sizes as messages and tables print them.
+std::string human_bytes(double bytes);
+
 std::string_view to_string(Family);
 std::string_view to_string(DType);
 std::string_view to_string(TargetType);

@@ -48,6 +48,8 @@ done
 expect 2 "no subcommand" -- "$celtune"
 expect 2 "unknown flag" -- "$celtune" validate --frobnicate
 expect 2 "unknown subcommand" -- "$celtune" frobnicate
+expect 2 "db without a verb" -- "$celtune" db
+contains err "celtune: db needs a command: list, export, import, merge" "the verbs are listed"
 expect 0 "devices" -- "$celtune" devices
 contains out "cpu" "devices lists the cpu"
 expect 0 "devices --json" -- "$celtune" devices --json
@@ -88,6 +90,7 @@ expect 2 "shape with two fields" -- "$celtune" validate --device cpu --shape 12,
 expect 2 "zero tokens" -- "$celtune" validate --device cpu --shape 0,64,100
 expect 2 "unknown preset" -- "$celtune" validate --device cpu --model gpt-17 --tokens 8
 expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1.5
+contains err "celtune: --label-smoothing" "a flag's error starts like every other error"
 # Found by probing as a new user (2026-11-23): each once passed or crashed.
 expect 2 "a token range up to 2^62 (doubling overflowed int64)" -- "$celtune" lookup --device cpu \
   --tokens 1..4611686018427387904 --hidden 16 --vocab 50

@@ -24,10 +24,16 @@
 
 namespace {
 // The first word of argv that is neither an option, an option's value, nor a
-// command of the (sub)command before it: "unknown command 'X' (commands: …)",
-// or "" when there is none.
+// command of the (sub)command before it: "unknown command 'X' (commands: …)";
+// or, where a command that needs one was given none (`celtune db`), "X needs a
+// command: …"; or "" when there is none.
 std::string unknown_command(CLI::App& app, int argc, char** argv) {
   CLI::App* level = &app;
+  auto names_of = [](CLI::App* at) {
+    std::string names;
+    for (const CLI::App* a : at->get_subcommands({})) names += (names.empty() ? "" : ", ") + a->get_name();
+    return names;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string tok = argv[i];
     if (tok.rfind("-", 0) == 0) {
@@ -44,10 +50,11 @@ std::string unknown_command(CLI::App& app, int argc, char** argv) {
       level = *sub;
       continue;
     }
-    std::string names;
-    for (const CLI::App* a : subs) names += (names.empty() ? "" : ", ") + a->get_name();
+    const std::string names = names_of(level);
     return "unknown command '" + tok + "'" + (names.empty() ? "" : " (commands: " + names + ")");
   }
+  if (level != &app && level->get_require_subcommand_min() > 0)
+    return level->get_name() + " needs a command: " + names_of(level);
   return "";
 }
 }  // namespace
@@ -60,9 +67,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("celtune ") + CELTUNE_VERSION);
   app.require_subcommand(1);
   app.footer("Exit codes: 0 ok, 1 validation/tuning failure, 2 usage error, 3 environment error.");
-  // Messages echo what they were given: printed escaped (error.hpp), here and below.
+  // Messages echo what they were given: printed escaped (error.hpp), here and below;
+  // and like every other error of ours they start "celtune: ".
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    return printable_message(CLI::FailureMessage::simple(a, e));
+    return "celtune: " + printable_message(CLI::FailureMessage::simple(a, e));
   });
 
   std::map<CLI::App*, cli::Action> actions;

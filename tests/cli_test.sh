@@ -501,6 +501,13 @@ for bad in "--max-scratch 1.2.3MiB" "--max-scratch 1..MiB" "--shard 0/2junk" "--
   expect 2 "tune refuses $bad" -- "$celtune" tune --shape 64,32,1000 --mode fwd --db "$tmp/flags.sqlite" $bad
 done
 [ ! -e "$tmp/flags.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune created its database"; }
+# A whole number beyond its option's range is refused with that range: H and V
+# are int64 (18446744073709551615 was reported back as 9223372036854775807),
+# --runs 20 to 10000 (the message said 0 to 2^64 − 1).
+expect 2 "--hidden beyond int64" -- "$celtune" validate --device cpu --tokens 4 --hidden 18446744073709551615 --vocab 100
+contains err "--hidden: expected a whole number from 0 to 9223372036854775807" "the message gives H's range"
+expect 2 "--runs far beyond its range" -- "$celtune" bench --device cpu --shape 4,8,100 --runs 99999999999999999999
+contains err "expected a whole number from 20 to 10000" "the message gives --runs' range"
 # Whole numbers are decimal: CLI11 alone read a leading 0 as octal (H 010 was 8,
 # V 0500 was 320, stored under that key) and 0x as hex.
 expect 0 "--hidden 010 --vocab 0500 are decimal" -- "$celtune" lookup --device cpu --tokens 16 --hidden 010 --vocab 0500 --mode fwd

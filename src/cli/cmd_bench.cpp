@@ -77,7 +77,7 @@ Action register_bench(CLI::App& app) {
   sub->add_option("--device", a->device, "CUDA ordinal (default: the first GPU); cpu times the CPU backend");
   sub->add_option("--config", a->configs, "Kernel config(s) as JSON to time (default: the built-in default)");
   sub->add_option("--runs", a->runs, "Timed runs per measurement, after warm-up (at least 20)")
-      ->transform(whole_number(""))
+      ->transform(whole_number("", 20, 10000))
       ->check(CLI::Range(20, 10000))
       ->capture_default_str();
   sub->add_flag("--json", a->json, "Liger-Kernel benchmark-data schema (one record per kernel and metric)");

@@ -108,13 +108,13 @@ Action register_tune(CLI::App& app) {
       ->transform(whole_number("SEED"))
       ->capture_default_str();
   sub->add_option("--min-runs", a->min_runs, "Timed runs per candidate before the CI test")
-      ->transform(whole_number(""))
+      ->transform(whole_number("", 3, 1000))
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
   sub->add_option("--max-runs", a->max_runs,
                   "Cap on timed runs per candidate during the search (the finalists' interleaved round always takes "
                   "max(15, --min-runs))")
-      ->transform(whole_number(""))
+      ->transform(whole_number("", 3, 10000))
       ->check(CLI::Range(3, 10000))
       ->capture_default_str();
   sub->add_option("--gemm-algos", a->gemm_algos,

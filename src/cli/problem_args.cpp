@@ -67,13 +67,14 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
   return out;
 }
 
-CLI::Validator whole_number(const std::string& name, uint64_t min) {
+CLI::Validator whole_number(const std::string& name, uint64_t min, uint64_t max) {
   return CLI::Validator(
-      [min](std::string& v) {
+      [min, max](std::string& v) {
         uint64_t x = 0;
         const auto r = std::from_chars(v.data(), v.data() + v.size(), x);
-        if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || x < min)
-          return "expected a whole number from " + std::to_string(min) + " to 18446744073709551615, got '" + v + "'";
+        if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || x < min || x > max)
+          return "expected a whole number from " + std::to_string(min) + " to " + std::to_string(max) + ", got '" + v +
+                 "'";
         // Rewritten in canonical decimal: CLI11's own conversion reads a leading
         // 0 as octal and 0x as hex (--hidden 010 tuned H = 8, --vocab 0500 V = 320).
         v = std::to_string(x);
@@ -120,8 +121,8 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
                   "Problem shape N,H,V (tokens, hidden, vocab; H is 0 for ce); not with --model, --tokens, --hidden "
                   "or --vocab");
   app->add_option("--tokens", a.tokens, "Token counts: a list (4096,8192) or a range A..B doubling from A (1024..32768)");
-  app->add_option("--hidden", a.hidden, "Hidden size H")->transform(whole_number("H"));
-  app->add_option("--vocab", a.vocab, "Vocabulary size V")->transform(whole_number("V"));
+  app->add_option("--hidden", a.hidden, "Hidden size H")->transform(whole_number("H", 0, INT64_MAX));
+  app->add_option("--vocab", a.vocab, "Vocabulary size V")->transform(whole_number("V", 0, INT64_MAX));
   std::string names;
   for (const auto& m : model_presets()) names += std::string(names.empty() ? "" : ", ") + m.name;
   app->add_option("--model", a.model,

@@ -36,10 +36,13 @@ struct ProblemArgs {
   std::vector<std::string> modes;
 };
 
-// A whole number from `min` to 2^64 − 1, checked as text: CLI11 clamped
+// A whole number from `min` to `max`, checked as text: CLI11 clamped
 // 99999999999999999999 to the largest value and took "-1" into unsigned types,
-// so what ran was not what the user typed. `name` is the help text's placeholder.
-CLI::Validator whole_number(const std::string& name, uint64_t min = 0);
+// so what ran was not what the user typed; an int64 option takes max = 2^63 − 1
+// (--hidden 18446744073709551615 was reported back as 9223372036854775807), an
+// option with a range its bounds, so the message states the range that holds.
+// `name` is the help text's placeholder.
+CLI::Validator whole_number(const std::string& name, uint64_t min = 0, uint64_t max = UINT64_MAX);
 
 // Minutes `ops` operations take on this machine's CPU, at ~1e9 operations a
 // second a core (measured here: the CPU backend and the fp64 reference at

@@ -99,12 +99,10 @@ bool NewDatabase::place(const std::string& final_path, bool exists_ok) {
     // A file system without hard links (vfat, some network mounts): rename,
     // after checking the name is still free (a narrower guard, the same end).
     const int err = errno;
-    if (err == EEXIST && exists_ok) return false;  // the destructor removes ours
     const bool no_links = err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == EMLINK || err == ENOSYS;
-    if (!no_links || std::filesystem::exists(final_path, ec)) {
-      if (exists_ok && std::filesystem::exists(final_path, ec)) return false;
-      fail_env("cannot create database " + final_path + ": " + std::strerror(err));
-    }
+    const bool taken = err == EEXIST || std::filesystem::exists(final_path, ec);
+    if (taken && exists_ok) return false;  // the destructor removes ours
+    if (!no_links || taken) fail_env("cannot create database " + final_path + ": " + std::strerror(err));
     std::filesystem::rename(path_, final_path, ec);
     if (ec) fail_env("cannot create database " + final_path + ": " + ec.message());
   }

@@ -110,7 +110,7 @@ T json_object(const nlohmann::json& j, const char* key) {
     throw Error(e.status(), std::string(key) + ": " + e.what());
   } catch (const nlohmann::json::exception& e) {
     if (!v.is_object()) fail_usage(std::string("'") + key + "' must be an object, got " + v.dump().substr(0, 40));
-    fail_usage(std::string(key) + ": " + e.what());
+    fail_usage(std::string(key) + ": " + json_error_text(e));
   }
 }
 

@@ -405,9 +405,7 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
   // kernel change without re-tuning makes every shipped entry stale: this fails
   // then, until db/tuned/ is re-tuned and re-exported for each GPU. A GPU set
   // false here has stale rows only: the runtime skips them and borrows another
-  // GPU's of the same arch. (The H200's Mistral-7B rows are still for kernel
-  // hash f0aede1fb0c9a601: the thirty-fifth session's H200 call ran out before
-  // that preset, so Mistral-7B on an H200 borrows the H100's rows.)
+  // GPU's of the same arch.
   const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", true}, {"NVIDIA H200", true}};
   for (const auto& [gpu, current] : gpus) {
     CAPTURE(gpu);
@@ -429,6 +427,19 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
     CHECK(r.resolve(p.with_tokens(6000), nullptr).source == (current ? Source::nearest : Source::same_arch));
     p.hidden = 2304, p.vocab = 256000, p.loss.softcap = 30;  // gemma2-2b
     CHECK(r.resolve(p.with_tokens(16384), nullptr).source == (current ? Source::exact : Source::same_arch));
+    // Every other preset, at both ends of the tuned token range and in both
+    // modes: a preset whose rows a re-tune left out shows here.
+    p.loss.softcap = 0;
+    for (const auto& [h, v] : {std::pair<int64_t, int64_t>{8192, 128256}, {3584, 152064}, {4096, 32768}}) {
+      p.hidden = h, p.vocab = v;
+      CAPTURE(p.hidden);
+      CAPTURE(p.vocab);
+      for (const Mode m : {Mode::forward_backward, Mode::forward}) {
+        p.mode = m;
+        for (const int64_t n : {int64_t{1024}, int64_t{32768}})
+          CHECK(r.resolve(p.with_tokens(n), nullptr).source == (current ? Source::exact : Source::same_arch));
+      }
+    }
     CHECK(warn.str().empty());
   }
 }

@@ -418,8 +418,12 @@ fi
 # out, in an order of its own: the thirty-fourth session lost a re-tune's JSONL
 # that way. So past 6 files everything but the JSONL (the tuned rows) goes
 # into one logs.tgz, and the summary says so.
+# A file this script is writing its own output to (a caller's `>$OUT/run.txt`)
+# stays apart too: packed and removed, it lost the summary printed below.
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
-  (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.jsonl' -printf '%P\n' | tar czf logs.tgz -T - --remove-files) &&
+  (cd "$OUT" && find . -maxdepth 1 -type f ! -name '*.jsonl' -printf '%P\n' | while read -r f; do
+    [ "$f" -ef /proc/$$/fd/1 ] || [ "$f" -ef /proc/$$/fd/2 ] || echo "$f"
+  done | tar czf logs.tgz -T - --remove-files) &&
     note "logs packed into logs.tgz (the device tool returns 8 files at most); kept apart: $(cd "$OUT" && ls *.jsonl 2>/dev/null | tr '\n' ' ')"
 fi
 echo

@@ -17,11 +17,15 @@ namespace {
 // The logits GEMM of the fused defaults: the ping-pong row where H ≥ 2048, whose
 // epilogue runs under the other warp group's mainloop, ahead of the cooperative
 // row 0 by 1–10% forward and 3–7% forward+backward at every preset on the H100
-// (variants.hpp); at GPT-2's H = 768 there is too little mainloop to hide it
-// under, and row 0 stays ahead (forward 1.11× one GEMM against 1.19×,
-// forward+backward 1.68× the floor against 1.77×).
+// (variants.hpp). At GPT-2's H = 768 row 0 once stayed ahead (forward 1.11×
+// one GEMM against 1.19×, forward+backward 1.68× the floor against 1.77×);
+// with today's kernels the forward runs the other way round, N = 8192, × one
+// GEMM at V padded to 50304 (thirty-sixth session): H100 1.030 against 1.091×,
+// H200 1.005 against 1.091× (0.886 against 0.954 ms). So forward takes row 1
+// from H = 768 (kSm90PingpongMinHiddenForward), forward+backward from 2048.
 int default_logits_variant(const Problem& p) {
-  return p.hidden >= kSm90PingpongMinHidden ? kSm90PingpongLogitsVariant : 0;
+  const long long min_hidden = p.mode == Mode::forward ? kSm90PingpongMinHiddenForward : kSm90PingpongMinHidden;
+  return p.hidden >= min_hidden ? kSm90PingpongLogitsVariant : 0;
 }
 void set_logits_variant(KernelConfig& f, int v) {
   f.logits_kernel = v ? kSm90LogitsVariantNames[v] : "";  // row 0 is the unnamed default

@@ -88,9 +88,13 @@ inline constexpr int kSm90LogitsClusterRows[] = {CELTUNE_SM90_LOGITS_VARIANTS(CE
 // The logits variant of the fused defaults where H ≥ kSm90PingpongMinHidden
 // (flce/space.cpp): row 1 above says why. The fused forward+backward default
 // starts there too (kernels/space.cpp): at GPT-2's H = 768 a GEMM's mainloop
-// is too short to hide an epilogue or dW's read-modify-write under.
+// is too short to hide an epilogue or dW's read-modify-write under. Forward
+// alone takes row 1 from kSm90PingpongMinHiddenForward: at GPT-2's shape
+// (N = 8192, H = 768, V = 50257) it ran 5–8% ahead of row 0 on both GPUs
+// (docs/results.md, thirty-sixth session).
 inline constexpr int kSm90PingpongLogitsVariant = 1;
 inline constexpr long long kSm90PingpongMinHidden = 2048;
+inline constexpr long long kSm90PingpongMinHiddenForward = 768;
 #undef CELTUNE_SM90_CLUSTER_ROWS
 #undef CELTUNE_SM90_BLOCK_M
 #undef CELTUNE_SM90_BLOCK_N

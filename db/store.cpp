@@ -548,27 +548,6 @@ void Store::put_best(const BestEntry& b) {
   });
 }
 
-Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
-  Offered result = Offered::refused;
-  write([&] {
-    const int64_t d = device_id(b.device), p = problem_id(b.problem);
-    Stmt s(db_, path_, "SELECT median_ms, kernel_hash FROM best WHERE device_id = ?1 AND problem_id = ?2");
-    s.bind(1, d).bind(2, p);
-    // A faster row from other kernels once displaced this build's row, and the
-    // runtime, which skips it, fell back to the default. Ties keep what is
-    // stored, so merging a database with itself changes nothing.
-    if (!s.step()) {
-      result = Offered::added;
-    } else {
-      const bool ours = b.kernel_hash == current_hash, stored_ours = s.text(1) == current_hash;
-      const bool wins = ours != stored_ours ? ours : b.stats.median_ms < s.f64(0);
-      result = wins ? Offered::replaced : Offered::refused;
-    }
-    if (result != Offered::refused) put_best(b);
-  });
-  return result;
-}
-
 namespace {
 // The SELECT behind both best-entry readers; `where` is a fixed clause with
 // bound parameters, never text from input.
@@ -609,6 +588,36 @@ BestEntry read_best(const Stmt& s, const std::string& path) {
   return b;
 }
 }  // namespace
+
+Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
+  Offered result = Offered::refused;
+  write([&] {
+    const int64_t d = device_id(b.device), p = problem_id(b.problem);
+    Stmt s(db_, path_, (std::string("SELECT ") + kDeviceCols + kBestSelect + "WHERE b.device_id = ?1 AND b.problem_id = ?2").c_str());
+    s.bind(1, d).bind(2, p);
+    // A faster row from other kernels once displaced this build's row, and the
+    // runtime, which skips it, fell back to the default. Ties keep what is
+    // stored, so merging a database with itself changes nothing. A stored row
+    // that breaks a rule (a median of −1 ms, a config the kernels refuse: edited
+    // or damaged, and skipped by the runtime) loses to any sound one: it once
+    // "won" as the faster, and the sound record was dropped.
+    if (!s.step()) {
+      result = Offered::added;
+    } else {
+      bool broken = false;
+      try {
+        broken = !broken_record(read_best(s, path_)).empty();
+      } catch (const Error&) {
+        broken = true;  // a problem key or config that no longer parses
+      }
+      const bool ours = b.kernel_hash == current_hash, stored_ours = s.text(18) == current_hash;
+      const bool wins = broken || (ours != stored_ours ? ours : b.stats.median_ms < s.f64(10));
+      result = wins ? Offered::replaced : Offered::refused;
+    }
+    if (result != Offered::refused) put_best(b);
+  });
+  return result;
+}
 
 // The readers join each row to its device, problem and config, so a row whose
 // parent was deleted (foreign keys off, another tool) vanished from list, export

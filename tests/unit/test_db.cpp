@@ -216,6 +216,29 @@ TEST_CASE("store: a best entry of this build's kernels is never displaced by a f
   CHECK(w.offer_best(stale, "abc123") == db::Offered::added);
 }
 
+TEST_CASE("store: a damaged best entry loses to any sound one") {
+  // A stored median of −1 ms (edited, or a damaged disk) once "won" as the
+  // faster: the sound record of an import or merge was dropped, and the
+  // runtime, which skips the damaged row, fell back to the default.
+  TempDir t;
+  db::Store s(t.file("a.sqlite"), db::Access::read_write);
+  db::BestEntry damaged = best(fictional(), 4096, 1.0, 256);
+  damaged.stats.median_ms = damaged.stats.p20_ms = -1.0;
+  s.put_best(damaged);
+  REQUIRE(!db::broken_record(s.best_entries()[0]).empty());
+  CHECK(s.offer_best(best(fictional(), 4096, 2.0, 512), "abc123") == db::Offered::replaced);
+  CHECK(s.best_entries()[0].stats.median_ms == 2.0);
+  // Of other kernels too, though this build's damaged row would otherwise win.
+  db::Store u(t.file("u.sqlite"), db::Access::read_write);
+  u.put_best(damaged);
+  db::BestEntry stale = best(fictional(), 4096, 3.0, 512);
+  stale.kernel_hash = "0123abcd";
+  CHECK(u.offer_best(stale, "abc123") == db::Offered::replaced);
+  // A sound stored row still keeps its place against a slower one.
+  CHECK(u.offer_best(best(fictional(), 4096, 9.0, 1024), "abc123") == db::Offered::replaced);  // ours beats stale
+  CHECK(u.offer_best(best(fictional(), 4096, 9.5, 256), "abc123") == db::Offered::refused);
+}
+
 TEST_CASE("store: import and merge count each record once, as what became of it") {
   // The summaries once counted a best entry "kept" each time it was stored, so
   // two records of one key in a file read "2 kept" where one row was stored,

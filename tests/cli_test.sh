@@ -619,6 +619,25 @@ expect 3 "tune with no place for the user's database" -- env -C "$tmp" -u HOME -
 contains err "CELTUNE_DB" "the refusal says what to set"
 [ ! -e "$tmp/celtune.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune wrote ./celtune.sqlite"; }
 expect 0 "db list after the refused exports" -- "$celtune" db --db "$tmp/a.sqlite" list
+# Nor over another database (meant the other way round, or mistyped): b's rows
+# were replaced by JSON text.
+cp "$tmp/b.sqlite" "$tmp/other.sqlite" && cp "$tmp/b.sqlite" "$tmp/other.copy"
+expect 2 "export over another database" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/other.sqlite"
+contains err "an SQLite database" "the refusal says what OUT is"
+cmp -s "$tmp/other.sqlite" "$tmp/other.copy" && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: export replaced another database"; }
+# A damaged stored best row (a median of -1 ms) loses to a sound imported one;
+# it once "won" as the faster and the sound record was dropped.
+cp "$tmp/b.sqlite" "$tmp/damaged.sqlite"
+python3 -c 'import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET median_ms=-1, p20_ms=-1"); c.commit()' \
+  "$tmp/damaged.sqlite"
+"$celtune" db --db "$tmp/b.sqlite" export -o "$tmp/sound.jsonl"
+expect 0 "db list of the damaged rows" -- "$celtune" db --db "$tmp/damaged.sqlite" list
+contains out "INVALID" "the damaged rows are marked"
+expect 0 "import sound rows over damaged ones" -- "$celtune" db --db "$tmp/damaged.sqlite" import "$tmp/sound.jsonl"
+contains out "replaced the stored one" "the import says the damaged rows were replaced"
+expect 0 "db list after the import" -- "$celtune" db --db "$tmp/damaged.sqlite" list
+if grep -q INVALID "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: a damaged best row survived a sound import"; else passes=$((passes + 1)); fi
 echo precious >"$tmp/precious" && ln -s "$tmp/precious" "$tmp/link"
 expect 2 "export to a symlink" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/link"
 grep -qx precious "$tmp/precious" && [ -L "$tmp/link" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export followed a symlink"; }

@@ -128,7 +128,8 @@ int do_list(const DbArgs& a) {
     rules.push_back(db::broken_record(b));
     if (rules.back().empty()) continue;
     ++broken;
-    std::cerr << "celtune: warning: " << db::broken_best_note(s.path(), b) << "; the runtime skips it\n";
+    std::cerr << "celtune: warning: " << printable_message(db::broken_best_note(s.path(), b))
+              << "; the runtime skips it\n";
   }
   if (a.json) {
     nlohmann::json rows = best;
@@ -171,6 +172,18 @@ int do_export(const DbArgs& a) {
   if (const std::string base = db::journal_owner(a.out);
       !base.empty() && std::filesystem::exists(base, ec) && std::filesystem::equivalent(base, path, ec))
     fail_usage("refusing to write the export over a journal file of the database it reads (" + a.out + ")");
+  // Nor over another database: `db export --db a.sqlite -o b.sqlite`, meant the
+  // other way round or mistyped, replaced b's every row with JSON text.
+  // (Read only where OUT is a regular file: opening a FIFO waits for a writer;
+  // write_file_atomic refuses the rest.)
+  if (std::filesystem::is_regular_file(std::filesystem::symlink_status(a.out, ec))) {
+    std::ifstream out(a.out, std::ios::binary);
+    char head[16] = {};
+    out.read(head, sizeof head);
+    if (out.gcount() == sizeof head && std::string_view(head, sizeof head) == std::string_view("SQLite format 3\0", 16))
+      fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
+                 "another output");
+  }
   write_file_atomic(a.out, [&](std::ostream& f) { db::export_jsonl(s, f); });
   return 0;
 }
@@ -178,28 +191,42 @@ int do_export(const DbArgs& a) {
 // Offers `records` to the database at `path` in one transaction and prints
 // `summary` of the outcome before it commits, standard output checked: a
 // summary that cannot be written (exit 3) rolls the write back. (Printed after
-// the commit, a merge that exited 3 left its new OUT merged.) A database that
-// did not exist is written under a temporary name and linked into place once
-// committed and closed, so a failure or an interrupt (Ctrl-C: a merge into a new
-// OUT left an empty schema and an 11 MB -wal as OUT) leaves no OUT at all.
+// the commit, a merge that exited 3 left its new OUT merged.) A commit that
+// fails after the summary went out says that the line did not happen. A
+// database that did not exist is written under a temporary name and linked into
+// place once committed and closed, so a failure or an interrupt (Ctrl-C: a merge
+// into a new OUT left an empty schema and an 11 MB -wal as OUT) leaves no OUT
+// at all; where another process created `path` meanwhile (imports started
+// together into one new database), the records go into that one too.
 void offer_and_report(const std::string& path, const db::Records& records,
                       const std::function<std::string(const db::ImportCounts&)>& summary) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  auto offer = [&](const std::string& file) {
+  auto offer = [&](const std::string& file, const std::string& lead) {
     db::Store s(file, db::Access::read_write);
-    s.write([&] {
-      std::cout << summary(db::offer_records(s, records, kKernelSourceHash)) << '\n';
-      flush_stdout();
-    });
+    bool printed = false;
+    try {
+      s.write([&] {
+        std::cout << lead << summary(db::offer_records(s, records, kKernelSourceHash)) << '\n';
+        flush_stdout();
+        printed = true;
+      });
+    } catch (const Error& e) {
+      if (!printed) throw;
+      throw Error(e.status(), std::string(e.what()) + "; nothing was written to " + path +
+                                  ", whatever the line above says");
+    }
   };
-  if (fs::exists(path, ec)) {
-    offer(path);
+  if (!fs::exists(path, ec)) {
+    NewDatabase fresh(path);
+    offer(fresh.path(), "");  // closed at the end of the call: SQLite folds its WAL back in
+    if (fresh.place(path, true)) return;
+    // The new database would have been the line above; the records go into the
+    // one that took its name, as into any existing database.
+    offer(path, path + " was created by another process meanwhile; into it: ");
     return;
   }
-  NewDatabase fresh(path);
-  offer(fresh.path());  // closed at the end of the call: SQLite folds its WAL back in
-  fresh.place(path);
+  offer(path, "");
 }
 
 int do_import(const DbArgs& a) {

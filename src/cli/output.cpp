@@ -18,12 +18,17 @@
 namespace celtune::cli {
 
 void Table::print(std::ostream& out) const {
+  // Cells echo what databases hold: a damaged one's device name put a raw
+  // escape sequence on the terminal. Written as error messages are.
+  std::vector<std::vector<std::string>> rows = rows_;
+  for (auto& r : rows)
+    for (auto& cell : r) cell = printable_message(cell);
   std::vector<size_t> w(header_.size(), 0);
   auto widen = [&](const std::vector<std::string>& r) {
     for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
   };
   widen(header_);
-  for (const auto& r : rows_) widen(r);
+  for (const auto& r : rows) widen(r);
   auto line = [&](const std::vector<std::string>& r) {
     for (size_t i = 0; i < w.size(); ++i) {
       const std::string cell = i < r.size() ? r[i] : "";
@@ -36,7 +41,7 @@ void Table::print(std::ostream& out) const {
   size_t total = 0;
   for (size_t x : w) total += x + 2;
   out << std::string(total > 2 ? total - 2 : 0, '-') << '\n';
-  for (const auto& r : rows_) line(r);
+  for (const auto& r : rows) line(r);
 }
 
 void Table::print_csv(std::ostream& out) const {

@@ -91,6 +91,12 @@ expect 2 "zero tokens" -- "$celtune" validate --device cpu --shape 0,64,100
 expect 2 "unknown preset" -- "$celtune" validate --device cpu --model gpt-17 --tokens 8
 expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1.5
 contains err "celtune: --label-smoothing" "a flag's error starts like every other error"
+expect 2 "smoothing not a number" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing abc
+contains err "Failed parsing abc" "text that is no number is not called out of range"
+expect 2 "flce with no hidden size" -- "$celtune" validate --device cpu --tokens 4 --vocab 100
+contains err "no hidden size: give --hidden" "the refusal names the missing flag, not a 0 nobody gave"
+expect 2 "shard beyond int" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 0/9223372036854775807 --db "$tmp/t.sqlite"
+contains err "≤ 2147483647" "the shard message states the limit that refused it"
 # Found by probing as a new user (2026-11-23): each once passed or crashed.
 expect 2 "a token range up to 2^62 (doubling overflowed int64)" -- "$celtune" lookup --device cpu \
   --tokens 1..4611686018427387904 --hidden 16 --vocab 50

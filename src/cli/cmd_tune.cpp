@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -66,7 +67,9 @@ std::pair<int, int> parse_shard(const std::string& s) {
     auto rn = std::from_chars(s.data() + slash + 1, end, n);
     if (rk.ec != std::errc() || rk.ptr != s.data() + slash || rn.ec != std::errc() || rn.ptr != end) k = n = -1;
   }
-  if (n <= 0 || k < 0 || k >= n) fail_usage("malformed --shard '" + s + "': expected K/N with 0 ≤ K < N");
+  if (n <= 0 || k < 0 || k >= n)
+    fail_usage("malformed --shard '" + s + "': expected K/N, whole numbers with 0 ≤ K < N ≤ " +
+               std::to_string(std::numeric_limits<int>::max()));
   return {k, n};
 }
 

@@ -138,7 +138,10 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   app->add_option("--reduction", a.reduction, "Loss reduction: mean, sum or none")
       ->check(CLI::IsMember({"mean", "sum", "none"}))
       ->capture_default_str();
+  // A number first: CLI11's Range said "Value abc not in range 0.000000 to
+  // 1.000000" of text that is not one.
   app->add_option("--label-smoothing", a.label_smoothing, "Label smoothing ε in [0, 1]")
+      ->check(CLI::Number)
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   // Range checks live in Problem::validate, whose messages name the value as
@@ -200,6 +203,10 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   if (tokens.empty()) fail_usage("no token count: give --tokens or --shape N,H,V");
   if (a.vocab && *a.vocab <= 0) fail_usage("--vocab (V) must be positive, got " + std::to_string(*a.vocab));
   if (a.shape.empty() && base.vocab <= 0) fail_usage("no vocabulary size: give --vocab, --shape or --model");
+  // flce needs H too: "hidden (H) must be positive, got 0" named a value
+  // nobody gave.
+  if (a.shape.empty() && !a.hidden && base.family == Family::flce && base.hidden <= 0)
+    fail_usage("no hidden size: give --hidden, --shape or --model (or --family ce for logits)");
   base.target_type = *parse_target_type(a.target_type);
   base.loss.ignore_index = parse_i64(a.ignore_index, "--ignore-index");
   base.loss.reduction = *parse_reduction(a.reduction);

@@ -93,6 +93,10 @@ expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,
 contains err "celtune: --label-smoothing" "a flag's error starts like every other error"
 expect 2 "smoothing not a number" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing abc
 contains err "Failed parsing abc" "text that is no number is not called out of range"
+# A problem whose true gradient is beyond the dtype's range fails as the
+# dtype's overflow, not as a kernel's non-finite values.
+expect 1 "fp16 gradient beyond fp16" -- "$celtune" validate --device cpu --family ce --shape 7,0,2 --dtype fp16 --z-loss 1e5 --seed 7
+contains out "values overflow fp16" "the verdict names the dtype's range"
 expect 2 "flce with no hidden size" -- "$celtune" validate --device cpu --tokens 4 --vocab 100
 contains err "no hidden size: give --hidden" "the refusal names the missing flag, not a 0 nobody gave"
 expect 2 "shard beyond int" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 0/9223372036854775807 --db "$tmp/t.sqlite"

@@ -629,6 +629,13 @@ expect 3 "tune with no place for the user's database" -- env -C "$tmp" -u HOME -
 contains err "CELTUNE_DB" "the refusal says what to set"
 [ ! -e "$tmp/celtune.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: tune wrote ./celtune.sqlite"; }
 expect 0 "db list after the refused exports" -- "$celtune" db --db "$tmp/a.sqlite" list
+# A merge into a new OUT that fails writing (a file-size limit standing in for a
+# full disk): exit 3 naming OUT, not the temporary file the user never saw, and
+# no OUT left behind.
+expect 3 "merge into a new OUT past a file-size limit" -- bash -c 'trap "" XFSZ; ulimit -f 16; "$0" db merge "$1" "$2" -o "$3"' \
+  "$celtune" "$tmp/a.sqlite" "$tmp/b.sqlite" "$tmp/lim.sqlite"
+contains err "database $tmp/lim.sqlite:" "the error names OUT"
+[ -z "$(ls "$tmp" | grep '^lim')" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed merge left OUT or its temporary file"; ls "$tmp"; }
 # Nor over another database (meant the other way round, or mistyped): b's rows
 # were replaced by JSON text.
 cp "$tmp/b.sqlite" "$tmp/other.sqlite" && cp "$tmp/b.sqlite" "$tmp/other.copy"

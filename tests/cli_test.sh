@@ -92,7 +92,8 @@ expect 2 "unknown preset" -- "$celtune" validate --device cpu --model gpt-17 --t
 expect 2 "smoothing out of range" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1.5
 contains err "celtune: --label-smoothing" "a flag's error starts like every other error"
 expect 2 "smoothing not a number" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing abc
-contains err "Failed parsing abc" "text that is no number is not called out of range"
+contains err "expected a number in [0, 1], got abc" "text that is no number is called so"
+expect 2 "smoothing beyond a double" -- "$celtune" validate --device cpu --shape 4,8,100 --label-smoothing 1e400
 # A problem whose true gradient is beyond the dtype's range fails as the
 # dtype's overflow, not as a kernel's non-finite values.
 expect 1 "fp16 gradient beyond fp16" -- "$celtune" validate --device cpu --family ce --shape 7,0,2 --dtype fp16 --z-loss 1e5 --seed 7

@@ -74,7 +74,7 @@ Action register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* sub = app.add_subcommand("bench", "Time celtune's kernels against the unfused path and the GEMM and "
                                           "bandwidth floors (CUDA events, L2 flushed, median/p20/p80)");
-  sub->add_option("--device", a->device, "CUDA ordinal (default: the first GPU); cpu times the CPU backend");
+  sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
   sub->add_option("--config", a->configs, "Kernel config(s) as JSON to time (default: the built-in default)");
   sub->add_option("--runs", a->runs, "Timed runs per measurement, after warm-up (at least 20)")
       ->transform(whole_number("", 20, 10000))

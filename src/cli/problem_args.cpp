@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -138,11 +139,16 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   app->add_option("--reduction", a.reduction, "Loss reduction: mean, sum or none")
       ->check(CLI::IsMember({"mean", "sum", "none"}))
       ->capture_default_str();
-  // A number first: CLI11's Range said "Value abc not in range 0.000000 to
-  // 1.000000" of text that is not one.
+  // CLI11's Range said "Value abc not in range 0.000000 to 1.000000" of text
+  // that is no number, and printed the bounds to six places.
   app->add_option("--label-smoothing", a.label_smoothing, "Label smoothing ε in [0, 1]")
-      ->check(CLI::Number)
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(CLI::Validator(
+          [](const std::string& s) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(s.c_str(), &end);
+            return !s.empty() && *end == '\0' && v >= 0.0 && v <= 1.0 ? "" : "expected a number in [0, 1], got " + s;
+          },
+          "FLOAT in [0, 1]"))
       ->capture_default_str();
   // Range checks live in Problem::validate, whose messages name the value as
   // given (CLI11's NonNegativeNumber printed DBL_MAX in 300 digits).

@@ -122,21 +122,25 @@ for s in $steps; do
       # The fused sm_90 path against the cuBLASLt path, one process per shape so
       # each table has its own floor: Llama-3-8B fwdbwd within 256 and 512 MiB,
       # forward, Gemma-2-2B (softcap 30), and GPT-2's odd vocabulary.
-      fw='"impl":"fused","block_size":2048,"threads":256'
-      # Fused row chunks are whole 256-row clusters of the logits GEMM (768
-      # within 256 MiB, 1536 within 512); dW on CUTLASS or cuBLASLt.
-      fc() { echo "{\"v_chunk\":0,\"row_chunk\":$1,\"dw_acc_fp32\":false,$fw${2:+,\"dw_kernel\":\"$2\"}}"; }
+      # The ping-pong rows of both GEMMs, as the defaults and the tuned rows
+      # take them: a config that names none runs the cooperative row 0, which
+      # read Gemma-2-2B at 1.25x within 512 MiB where the ping-pong rows run
+      # 1.00-1.02x (thirty-sixth session).
+      fw='"impl":"fused","block_size":2048,"threads":256,"logits_kernel":"128x192x64_2x1x1_pp"'
+      # Fused row chunks are whole 256-row clusters of the logits GEMM, no GEMM
+      # workspace (as the default and the tuned rows: 1024 rows within 256 MiB,
+      # 2048 within 512 at Llama-3-8B); dW on CUTLASS (ping-pong) or cuBLASLt.
+      fc() { echo "{\"v_chunk\":0,\"row_chunk\":$1,\"dw_acc_fp32\":false,\"workspace_mib\":0,$fw,\"dw_kernel\":\"${2:-192x128x64_1x2x1_pp}\"}"; }
       for n in ${FUSED_TOKENS:-4096 8192}; do
         $B/celtune bench --shape $n,4096,128256 --no-ce --no-unfused \
-          --config "$(fc 768)" --config "$(fc 768 cublaslt)" --config "$(fc 1536)" --config "$(fc 1536 cublaslt)" \
-          --config "$(fc 2048 cublaslt)" \
+          --config "$(fc 1024)" --config "$(fc 1024 cublaslt)" --config "$(fc 2048)" --config "$(fc 2048 cublaslt)" \
           --config "{\"v_chunk\":0,\"row_chunk\":896,\"dw_acc_fp32\":false,\"block_size\":2048,\"threads\":256}" \
           >"$OUT/fused_llama_$n.txt" 2>&1
         note "fused llama3-8b N=$n fwdbwd: exit $?"; cat "$OUT/fused_llama_$n.txt"
       done
       for shape in "--shape 4096,4096,128256" "--shape 16384,4096,128256" "--model gemma2-2b --tokens 4096" \
                    "--shape 8192,768,50257"; do
-        $B/celtune bench $shape --mode fwd --no-ce --no-unfused --config "{\"impl\":\"fused\"}" --config '{}' \
+        $B/celtune bench $shape --mode fwd --no-ce --no-unfused --config "{$fw}" --config '{}' \
           >>"$OUT/fused_fwd.txt" 2>&1
         note "fused fwd $shape: exit $?"
       done

@@ -573,6 +573,9 @@ KernelConfig stored_config(const std::string& path, const std::string& json) {
   }
 }
 
+// The best-entry query with its tail: a fixed WHERE and/or ORDER BY clause.
+std::string best_query(const std::string& tail) { return std::string("SELECT ") + kDeviceCols + kBestSelect + tail; }
+
 BestEntry read_best(const Stmt& s, const std::string& path) {
   BestEntry b;
   b.device = read_device(s, 0);
@@ -593,7 +596,7 @@ Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
   Offered result = Offered::refused;
   write([&] {
     const int64_t d = device_id(b.device), p = problem_id(b.problem);
-    Stmt s(db_, path_, (std::string("SELECT ") + kDeviceCols + kBestSelect + "WHERE b.device_id = ?1 AND b.problem_id = ?2").c_str());
+    Stmt s(db_, path_, best_query("WHERE b.device_id = ?1 AND b.problem_id = ?2").c_str());
     s.bind(1, d).bind(2, p);
     // A faster row from other kernels once displaced this build's row, and the
     // runtime, which skips it, fell back to the default. Ties keep what is
@@ -604,14 +607,16 @@ Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
     if (!s.step()) {
       result = Offered::added;
     } else {
-      bool broken = false;
+      std::optional<BestEntry> stored;
       try {
-        broken = !broken_record(read_best(s, path_)).empty();
-      } catch (const Error&) {
-        broken = true;  // a problem key or config that no longer parses
+        stored = read_best(s, path_);
+      } catch (const Error&) {  // a problem key or config that no longer parses
       }
-      const bool ours = b.kernel_hash == current_hash, stored_ours = s.text(18) == current_hash;
-      const bool wins = broken || (ours != stored_ours ? ours : b.stats.median_ms < s.f64(10));
+      bool wins = !stored || !broken_record(*stored).empty();
+      if (!wins) {
+        const bool ours = b.kernel_hash == current_hash, stored_ours = stored->kernel_hash == current_hash;
+        wins = ours != stored_ours ? ours : b.stats.median_ms < stored->stats.median_ms;
+      }
       result = wins ? Offered::replaced : Offered::refused;
     }
     if (result != Offered::refused) put_best(b);
@@ -643,7 +648,7 @@ constexpr const char* kDeviceOrder =
 std::vector<BestEntry> Store::best_entries() const {
   check_references();
   std::vector<BestEntry> out;
-  Stmt s(db_, path_, (std::string("SELECT ") + kDeviceCols + kBestSelect + "ORDER BY " + kDeviceOrder + ", p.key").c_str());
+  Stmt s(db_, path_, best_query(std::string("ORDER BY ") + kDeviceOrder + ", p.key").c_str());
   while (s.step()) out.push_back(read_best(s, path_));
   return out;
 }
@@ -654,9 +659,8 @@ std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
   check_references();
   std::vector<BestEntry> out;
   Stmt s(db_, path_,
-         (std::string("SELECT ") + kDeviceCols + kBestSelect +
-          "WHERE p.family = ?1 AND p.hidden = ?2 AND p.vocab = ?3 AND p.dtype = ?4 AND p.mode = ?5 "
-          "ORDER BY d.name, p.tokens")
+         best_query("WHERE p.family = ?1 AND p.hidden = ?2 AND p.vocab = ?3 AND p.dtype = ?4 AND p.mode = ?5 "
+                    "ORDER BY d.name, p.tokens")
              .c_str());
   s.bind(1, std::string(to_string(p.family))).bind(2, p.hidden).bind(3, p.vocab);
   s.bind(4, std::string(to_string(p.dtype))).bind(5, std::string(to_string(p.mode)));

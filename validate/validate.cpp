@@ -166,25 +166,24 @@ OutputVerdict judge(const std::string& name, const std::vector<float>& got, cons
   // noise (one token's z-loss of 1.44e-70 came out 0, "rel L2 1", at V = 1 and
   // a softcap of 1.2e-38).
   const bool below_fp32 = k.max_abs <= std::numeric_limits<float>::min();
-  // A true value beyond the dtype's range is ±inf in any output stored in it
-  // (fp16 with a z-loss of 1e5: a dZ of 1.2e5): the problem does not fit the
-  // dtype, which no kernel can change, and the verdict says so instead of
-  // blaming the kernel.
-  long long overflow = 0;
-  double beyond = 0;
-  if (k.nonfinite > 0)
+  if (k.nonfinite > 0) {
+    // A true value beyond the dtype's range is ±inf in any output stored in it
+    // (fp16 with a z-loss of 1e5: a dZ of 1.2e5): the problem does not fit the
+    // dtype, which no kernel can change, and the verdict says so instead of
+    // blaming the kernel.
+    long long overflow = 0;
+    double beyond = 0;
     for (size_t i = 0; i < got.size(); ++i)
       if (!std::isfinite(got[i]) && std::isfinite(truth[i]) && std::isinf(round_to(dt, static_cast<float>(truth[i]))))
         ++overflow, beyond = std::max(beyond, std::fabs(truth[i]));
-  if (k.nonfinite > 0 && overflow == static_cast<long long>(k.nonfinite)) {
-    std::snprintf(buf, sizeof buf,
-                  "%lld values overflow %s: the reference's reach %.3g, beyond the dtype's range (choose a wider "
-                  "dtype or smaller scales)",
-                  overflow, std::string(to_string(dt)).c_str(), beyond);
-    v.why = buf;
-  } else if (k.nonfinite > 0) {
-    std::snprintf(buf, sizeof buf, "%lld non-finite values where the reference is finite",
-                  static_cast<long long>(k.nonfinite));
+    if (overflow == static_cast<long long>(k.nonfinite))
+      std::snprintf(buf, sizeof buf,
+                    "%lld values overflow %s: the reference's reach %.3g, beyond the dtype's range (choose a wider "
+                    "dtype or smaller scales)",
+                    overflow, std::string(to_string(dt)).c_str(), beyond);
+    else
+      std::snprintf(buf, sizeof buf, "%lld non-finite values where the reference is finite",
+                    static_cast<long long>(k.nonfinite));
     v.why = buf;
   } else if (below_fp32) {
   } else if (k.rel_l2 > tol.baseline_factor * b.rel_l2 + tol.margin) {

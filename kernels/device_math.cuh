@@ -1,11 +1,16 @@
 // Device arithmetic shared by the CE kernels (ce/ce.cu), the fused GEMM's
 // epilogue (flce/sm90/ce_epilogue.cuh) and its small kernels (flce/sm90/stats.cu):
-// the element conversions, and the few special-function forms whose instruction
-// count is the cost of a kernel that touches every logit once.
+// the element conversions, the few special-function forms whose instruction
+// count is the cost of a kernel that touches every logit once, and the
+// deterministic block reductions that end a call.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "model/types.hpp"
 
 namespace celtune::cuda {
 
@@ -96,6 +101,56 @@ __device__ __forceinline__ float tanh_approx(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+
+// A thread's index in its block, and the block's threads, over all three
+// dimensions (the merge kernels' blocks are 2-D).
+__device__ __forceinline__ int block_thread() {
+  return static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+__device__ __forceinline__ int block_threads() { return static_cast<int>(blockDim.x * blockDim.y * blockDim.z); }
+
+// Block-wide reduction in a fixed order (a shuffle tree within each warp, then one
+// over the warps), so the same inputs give the same bits; the result is valid in
+// thread 0. Every thread of the block must call it; at most 1024 threads, whole warps.
+template <typename V, typename Op>
+__device__ __forceinline__ V block_reduce(V v, Op op, V identity) {
+  __shared__ V s[32];
+  __syncthreads();  // a previous call's readers are done with s
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int t = block_thread(), warp = t / 32, lane = t % 32, nwarps = block_threads() / 32;
+  if (lane == 0) s[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < nwarps ? s[lane] : identity;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  }
+  return v;
+}
+
+// The loss from the sum of the token losses (mean: over n valid targets, 0 when none).
+__device__ __forceinline__ float reduced_loss(float total, Reduction red, int64_t n) {
+  if (red != Reduction::mean) return total;
+  return n ? total / static_cast<float>(n) : 0.0f;
+}
+
+// The end of a call in one launch: the threadfence reduction. Whether this block
+// is the last of `arrivals` blocks to arrive at `done`, each after writing what
+// the last one reads (thread 0 fences it first, so it is visible before it
+// counts); the same answer in every thread. The last block reduces in a fixed
+// order and returns the counter to zero.
+__device__ __forceinline__ bool last_to_arrive(unsigned* done, unsigned arrivals) {
+  __shared__ bool s_last;
+  __syncthreads();  // every thread's writes precede thread 0's fence
+  if (block_thread() == 0) {
+    __threadfence();
+    s_last = atomicAdd(done, 1u) == arrivals - 1u;
+  }
+  __syncthreads();
+  if (s_last) __threadfence();
+  return s_last;
 }
 
 }  // namespace celtune::cuda

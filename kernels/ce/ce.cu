@@ -743,26 +743,6 @@ __global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const f
 
 constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
 
-// Block-wide reduction in a fixed order (a shuffle tree within each warp, then one
-// over the warps), so the same inputs give the same bits; the result is valid in
-// thread 0. Every thread of the block must call it.
-template <typename V, typename Op>
-__device__ __forceinline__ V block_reduce(V v, Op op, V identity) {
-  __shared__ V s[32];
-  __syncthreads();  // a previous call's readers are done with s
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-  if (lane == 0) s[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < nwarps ? s[lane] : identity;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
-  }
-  return v;
-}
-
 // The valid targets among the first `tokens` (count) and the first target outside
 // [0, V) that is not ignore_index (bad, −1 if none), over the whole block; valid
 // in thread 0.
@@ -788,12 +768,6 @@ __device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t
   block_targets(c, b, count, bad);
 }
 
-// The loss from the sum of the token losses (mean: over n valid targets, 0 when none).
-__device__ __forceinline__ float reduced_loss(float total, Reduction red, int64_t n) {
-  if (red != Reduction::mean) return total;
-  return n ? total / static_cast<float>(n) : 0.0f;
-}
-
 // loss from the token losses (mean: over n valid targets, 0 when none); thread 0.
 // Read through L2 (ld.cg): in the one launch, other blocks wrote them just now.
 __device__ __forceinline__ float block_loss(const float* token_loss, int64_t tokens, Reduction red, int64_t n) {
@@ -802,21 +776,6 @@ __device__ __forceinline__ float block_loss(const float* token_loss, int64_t tok
   return reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), red, n);
 }
 
-// The end of a call in one launch: the threadfence reduction. Whether this block
-// is the last of `arrivals` blocks to arrive at `done`, each after writing its
-// token losses (thread 0 fences them first, so they are visible before it
-// counts); the same answer in every thread. The last block sums the token losses
-// in a fixed order and returns the counter to zero.
-__device__ __forceinline__ bool last_to_arrive(unsigned* done, unsigned arrivals) {
-  __shared__ bool s_last;
-  if (threadIdx.x == 0) {
-    __threadfence();
-    s_last = atomicAdd(done, 1u) == arrivals - 1u;
-  }
-  __syncthreads();
-  if (s_last) __threadfence();
-  return s_last;
-}
 // Run by the whole block that wrote a row's token loss (n valid targets, in
 // thread 0).
 __device__ __forceinline__ void finish_call(const TileView& v, const LossParams& p, const float* token_loss, int64_t n,

@@ -61,9 +61,10 @@ class Context {
   // Scratch of at least `bytes`, valid until the next call; contents undefined.
   void* scratch(size_t bytes);
   // Device counters that are zero between calls, for kernels whose last block
-  // finishes the call (ce's one launch: [0]) and whose blocks meet per row
-  // (ce_spread: [1 + row], kCeOneLaunchTokens rows). Outside scratch: poisoning
-  // must not touch them, and they keep their zero from one call to the next.
+  // finishes the call (ce's one launch and the fused flce merge: [0]) and whose
+  // blocks meet per row (ce_spread: [1 + row], kCeOneLaunchTokens rows). Outside
+  // scratch: poisoning must not touch them, and they keep their zero from one
+  // call to the next.
   unsigned* ce_counters();
 
  private:

@@ -109,6 +109,9 @@ struct Layout {
   // overwrites them, and row_scale holds each row's sampled reference (no
   // softcap) until scaled_dz_rows writes a_i there, so neither costs scratch.
   size_t state, counters, tile, dx, dw, db, z_target, lse_part, row_scale, sumz_part, ce_parts, ws, ws_bytes, total;
+  // fused: the merge blocks' slots for the call's end (sm90::CallEnd), and their count.
+  size_t end_loss, end_count, end_bad;
+  int64_t end_blocks = 0;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -159,6 +162,12 @@ struct Layout {
     row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 4 : 0);
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
+    if (fused)  // the chunks run_flce takes, each merged in blocks of kMergeRows
+      for (const int64_t rows : c.row_chunk_rows(p, kSm90LogitsClusterRows[logits_variant(c)]))
+        end_blocks += (rows + sm90::kMergeRows - 1) / sm90::kMergeRows;
+    end_loss = take(static_cast<size_t>(end_blocks) * sizeof(float));
+    end_count = take(static_cast<size_t>(end_blocks) * sizeof(long long));
+    end_bad = take(static_cast<size_t>(end_blocks) * sizeof(long long));
     ws_bytes = flce ? static_cast<size_t>(c.workspace_mib) << 20 : 0;
     ws = take(ws_bytes);
     total = off;
@@ -196,7 +205,8 @@ LossParams loss_params(const Problem& p, const Args& a, const int64_t* n_valid) 
 }
 
 sm90::StatsParams stats_params(const LossParams& lp) {
-  return {lp.vocab, lp.targets, lp.targets_i64, lp.ignore_index, lp.softcap, lp.label_smoothing, lp.z_loss};
+  return {lp.vocab, lp.targets, lp.targets_i64, lp.ignore_index, lp.softcap, lp.label_smoothing, lp.z_loss,
+          lp.reduction};
 }
 
 RowState row_state(char* base, const Layout& L) {
@@ -344,7 +354,9 @@ Prologue begin_run(Context& ctx, const Problem& p, const KernelConfig& c, const 
   // cuBLASLt's split-K reduction reads workspace that initcheck reports as never
   // written (N·V > 2^31, H = 64): zeroed, so nothing depends on what it held.
   if (L.ws_bytes) CELTUNE_CUDA(cudaMemsetAsync(base + L.ws, 0, L.ws_bytes, st));
-  if (!ends_itself) count_targets(out.lp, L.N, n_valid, bad, st);
+  // The fused path's merges end the call (sm90::CallEnd); forward+backward still
+  // counts first, for dZ's mean scale.
+  if (!ends_itself && !(L.fused && !L.bwd)) count_targets(out.lp, L.N, n_valid, bad, st);
   return out;
 }
 }  // namespace
@@ -384,6 +396,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   // (storing the tile when `store`; the thread holding each row's target column
   // writes its logit), then the merge: the rows' LSE and token loss are final
   // afterwards.
+  int64_t end_slot = 0;  // the next merge's first CallEnd slot
   auto stats = [&](int64_t r0, int64_t rows, bool store) {
     const int lv = logits_variant(c);
     auto* lse_part = reinterpret_cast<sm90::LsePair*>(base + L.lse_part);
@@ -419,8 +432,17 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     // its GEMM: 1.17–1.22× → 1.10–1.19× (docs/results.md, 2026-11-24).
     g.approx_softcap = !L.bwd;
     sm90::logits_stats(lv, p.dtype, g, ws, st);
+    sm90::CallEnd end;
+    end.block_loss = reinterpret_cast<float*>(base + L.end_loss);
+    end.block_count = reinterpret_cast<long long*>(base + L.end_count);
+    end.block_bad = reinterpret_cast<long long*>(base + L.end_bad);
+    end.slot0 = end_slot, end.blocks = L.end_blocks;
+    end_slot += (rows + sm90::kMergeRows - 1) / sm90::kMergeRows;
+    end.last = r0 + rows == L.N;
+    end.done = end.last ? ctx.ce_counters() : nullptr;
+    end.n_valid = run.one.n_valid, end.bad = run.one.bad, end.loss = a.loss;
     sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,
-                      a.token_loss, refs, st);
+                      a.token_loss, refs, end, st);
   };
   // GEMMs 2 and 3 and db, from a dZ tile, or (scaled_dz) from q with the row
   // factors and the scaled X that scaled_dz_rows wrote into dX's rows: dW first,
@@ -501,7 +523,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   }
   if (L.dw_acc) convert_from_f32(dw_acc, a.dw, p.dtype, L.V * H, st);
   if (L.db_acc) convert_from_f32(db_acc, a.db, p.dtype, L.V, st);
-  reduce_loss(a.token_loss, L.N, lp, a.loss, st);
+  if (!L.fused) reduce_loss(a.token_loss, L.N, lp, a.loss, st);  // fused: the last merge did
 }
 
 void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a, cudaStream_t st) {

@@ -31,6 +31,16 @@ std::unique_ptr<Backend>& gpu() {
   static std::unique_ptr<Backend> b = open_backend("0");
   return b;
 }
+
+// impl fused: the CUTLASS statistics GEMM, the merge, and dW in place on CUTLASS.
+// Skips (with the reason) where the device or build cannot run it.
+bool fused_runs(const Problem& p, const KernelConfig& c) {
+  std::string why;
+  if (gpu()->supports(p, c, &why)) return true;
+  MESSAGE("impl fused not run: " << why);
+  return false;
+}
+
 uint64_t next_seed() {
   static uint64_t s = 0x5eed;
   return ++s;
@@ -134,27 +144,40 @@ TEST_CASE("dW accumulated in bf16 across 16 row chunks stays within tolerance (t
 TEST_CASE("dW accumulated in fp16 across 16 row chunks stays within tolerance") { check_dw_in_dtype(DType::fp16); }
 
 TEST_CASE("a target outside [0, V) is an input error naming the token") {
-  // Every place a call counts its targets: flce (before its kernels); ce's split
-  // statistics, its cluster kernel in one launch (a few rows: the kernel counts)
-  // and beyond (count_targets before it); both modes. The bad target is neither
-  // the first nor the last token, and a second one after it is not the one named.
+  // Every place a call counts its targets: flce's cuBLASLt path (before its
+  // kernels) and its fused path (forward: the merges, in one chunk and across
+  // three; forward+backward: before its kernels too); ce's split statistics, its
+  // cluster kernel in one launch (a few rows: the kernel counts) and beyond
+  // (count_targets before it); both modes. The bad target is neither the first
+  // nor the last token, and a second one after it is not the one named.
   struct Path {
     Family family;
     int64_t tokens;
-    bool fused;
+    bool fused;           // ce: the fused kernels; flce: impl fused
+    int64_t row_chunk;    // flce fused: 0, or chunks of this many rows
   };
-  int runs = 0;
-  for (const Path& path : {Path{Family::flce, 9, false}, Path{Family::ce, 9, false}, Path{Family::ce, 700, false},
-                           Path{Family::ce, 9, true}, Path{Family::ce, 700, true}})
+  int runs = 0, skipped = 0;
+  for (const Path& path : {Path{Family::flce, 9, false, 0}, Path{Family::flce, 9, true, 0},
+                           Path{Family::flce, 700, true, 256}, Path{Family::ce, 9, false, 0},
+                           Path{Family::ce, 700, false, 0}, Path{Family::ce, 9, true, 0}, Path{Family::ce, 700, true, 0}})
     for (Mode mode : {Mode::forward_backward, Mode::forward}) {
       Problem p;
-      p.family = path.family, p.tokens = path.tokens, p.hidden = path.family == Family::flce ? 16 : 0;
-      p.vocab = path.family == Family::flce ? 100 : 5003, p.dtype = DType::bf16, p.mode = mode;
+      const bool flce = path.family == Family::flce;
+      p.family = path.family, p.tokens = path.tokens, p.hidden = flce ? 64 : 0;
+      p.vocab = flce ? 1000 : 5003, p.dtype = DType::bf16, p.mode = mode;
       HostCase in = make_case(p, CaseSpec{.seed = next_seed()});
       in.targets[6] = p.vocab;
       in.targets[static_cast<size_t>(p.tokens - 2)] = -5;
       KernelConfig c = default_config(p);
-      if (p.family == Family::ce) c.fused = path.fused, c.v_chunk = 0, c.block_size = 2048, c.threads = 256;
+      if (!flce) c.fused = path.fused, c.v_chunk = 0, c.block_size = 2048, c.threads = 256;
+      if (flce && path.fused) {
+        c = KernelConfig{};
+        c.impl = KernelConfig::Impl::fused, c.row_chunk = path.row_chunk;
+        if (!fused_runs(p, c)) {
+          ++skipped;
+          continue;
+        }
+      }
       CAPTURE(p.key());
       CAPTURE(to_string(c));
       try {
@@ -167,7 +190,7 @@ TEST_CASE("a target outside [0, V) is an input error naming the token") {
       }
       ++runs;
     }
-  CHECK(runs == 10);
+  CHECK(runs + skipped == 14);
 }
 
 TEST_CASE("ce with N·V beyond 2^31 (64-bit indexing): rows past the 2^31st element are right") {
@@ -379,15 +402,6 @@ TEST_CASE("tuned cuBLASLt algorithms: candidates per GEMM role, correct results,
   KernelConfig bad = vc.config;
   bad.gemm_algos[1] = "not-an-algorithm";
   CHECK_THROWS_AS(gpu()->check(p, bad), Error);
-}
-
-// impl fused: the CUTLASS statistics GEMM, the merge, and dW in place on CUTLASS.
-// Skips (with the reason) where the device or build cannot run it.
-bool fused_runs(const Problem& p, const KernelConfig& c) {
-  std::string why;
-  if (gpu()->supports(p, c, &why)) return true;
-  MESSAGE("impl fused not run: " << why);
-  return false;
 }
 
 // Every row of a variant table (variants.hpp) as a config names it: row 0 is

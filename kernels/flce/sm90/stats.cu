@@ -38,11 +38,11 @@ __device__ __forceinline__ void merge(float& m, float& d, float m2, float d2) {
 // A block: 32 consecutive rows (coalesced) × 32 slices of the tiles. The loads
 // are latency-bound (a chunk's partials are a few MB): at 8 slices and one load
 // in flight a thread, a 896-row chunk of Llama-3-8B took 35 µs on the H100.
-constexpr int kRows = 32, kSlices = 32, kInFlight = 4;
+constexpr int kRows = kMergeRows, kSlices = 32, kInFlight = 4;
 
 __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad,
                                    int64_t tiles, int64_t r0, int64_t rows, StatsParams p, const float* z_target,
-                                   float* lse, float* token_loss, float* row_ref) {
+                                   float* lse, float* token_loss, float* row_ref, CallEnd end) {
   __shared__ float sm[kSlices][kRows], sd[kSlices][kRows], sz[kSlices][kRows];
   __shared__ bool other[kSlices][kRows];
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x;
@@ -69,34 +69,69 @@ __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sum
   sm[threadIdx.y][threadIdx.x] = m, sd[threadIdx.y][threadIdx.x] = d, sz[threadIdx.y][threadIdx.x] = zs;
   other[threadIdx.y][threadIdx.x] = off_ref;
   __syncthreads();
-  if (threadIdx.y != 0 || i >= rows) return;
-  for (int j = 1; j < kSlices; ++j) {  // fixed order: deterministic
-    merge(m, d, sm[j][threadIdx.x], sd[j][threadIdx.x]);
-    zs += sz[j][threadIdx.x];
-    off_ref = off_ref || other[j][threadIdx.x];
+  // The row's loss, and its part of the call's end: the loss where the target is
+  // valid, the count, the row if its target is out of range (count_targets' rule).
+  float valid_loss = 0.0f;
+  long long count = 0, bad = INT64_MAX;
+  if (threadIdx.y == 0 && i < rows) {
+    for (int j = 1; j < kSlices; ++j) {  // fixed order: deterministic
+      merge(m, d, sm[j][threadIdx.x], sd[j][threadIdx.x]);
+      zs += sz[j][threadIdx.x];
+      off_ref = off_ref || other[j][threadIdx.x];
+    }
+    if (off_ref) row_ref[i] = NAN;
+    const int64_t gr = r0 + i, y = target_at(p, gr);
+    const float L = m + logf(d);
+    float loss = 0.0f;
+    if (is_valid(p, y)) {
+      const float eps = p.label_smoothing;  // its term left out at 0, as in ce's row_loss (a −inf bias)
+      const float smooth = eps > 0.0f ? eps * (L - zs / static_cast<float>(p.vocab)) : 0.0f;
+      loss = (1.0f - eps) * (L - z_target[gr]) + smooth + p.z_loss * L * L;
+      valid_loss = loss, count = 1;
+    } else if (y != p.ignore_index) {
+      bad = gr;
+    }
+    lse[gr] = L;
+    token_loss[gr] = loss;
   }
-  if (off_ref) row_ref[i] = NAN;
-  const int64_t gr = r0 + i;
-  const float L = m + logf(d);
-  float loss = 0.0f;
-  if (is_valid(p, target_at(p, gr))) {
-    const float eps = p.label_smoothing;  // its term left out at 0, as in ce's row_loss (a −inf bias)
-    const float smooth = eps > 0.0f ? eps * (L - zs / static_cast<float>(p.vocab)) : 0.0f;
-    loss = (1.0f - eps) * (L - z_target[gr]) + smooth + p.z_loss * L * L;
+  if (end.block_loss == nullptr) return;
+  const auto plus = [](auto a, auto b) { return a + b; };
+  const float b_loss = block_reduce(valid_loss, plus, 0.0f);
+  const long long b_count = block_reduce(count, plus, 0ll);
+  const long long b_bad = block_reduce(bad, [](long long a, long long b) { return min(a, b); }, (long long)INT64_MAX);
+  if (block_thread() == 0) {
+    const int64_t slot = end.slot0 + blockIdx.x;
+    end.block_loss[slot] = b_loss, end.block_count[slot] = b_count, end.block_bad[slot] = b_bad;
   }
-  lse[gr] = L;
-  token_loss[gr] = loss;
+  if (!end.last || !last_to_arrive(end.done, gridDim.x)) return;
+  // The call's last block: every merge block's slot, earlier chunks' included
+  // (their launches ended before this one began), in a fixed order. Read through
+  // L2: other blocks of this launch wrote theirs just now.
+  float total = 0.0f;
+  long long n = 0, first = INT64_MAX;
+  for (int64_t k = block_thread(); k < end.blocks; k += block_threads()) {
+    total += __ldcg(end.block_loss + k), n += __ldcg(end.block_count + k);
+    first = min(first, __ldcg(end.block_bad + k));
+  }
+  total = block_reduce(total, plus, 0.0f);
+  n = block_reduce(n, plus, 0ll);
+  first = block_reduce(first, [](long long a, long long b) { return min(a, b); }, (long long)INT64_MAX);
+  if (block_thread() == 0) {
+    *end.n_valid = n, *end.bad = first == INT64_MAX ? -1 : first;
+    *end.loss = reduced_loss(total, p.reduction, n);
+    *end.done = 0;
+  }
 }
 
 }  // namespace
 
 void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad, int64_t tiles, int64_t r0,
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
-                 float* row_ref, cudaStream_t st) {
+                 float* row_ref, const CallEnd& end, cudaStream_t st) {
   if (rows <= 0) return;
   const auto blocks = static_cast<unsigned>((rows + kRows - 1) / kRows);
   merge_stats_kernel<<<blocks, dim3(kRows, kSlices), 0, st>>>(lse_partials, sumz_partials, rows_pad, tiles, r0, rows, p,
-                                                              z_target, lse, token_loss, row_ref);
+                                                              z_target, lse, token_loss, row_ref, end);
   CELTUNE_LAUNCHED();
 }
 

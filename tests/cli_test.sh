@@ -124,6 +124,14 @@ expect 0 "z-loss scale 1e6" -- "$celtune" validate --device cpu --shape 4,8,100 
 expect 0 "validate at fp32's underflow" -- "$celtune" validate --device cpu --shape 1,1,1 --reduction none \
   --label-smoothing 1 --z-loss 1e6 --softcap 1.2e-38 --bias --seed 1
 expect 2 "unknown dtype" -- "$celtune" validate --device cpu --shape 4,8,100 --dtype fp8
+contains err "'fp8' is not one of bf16, fp16, fp32" "the refusal names the dtype and the choices"
+# CLI11's delimiter dropped empty items: "bf16,,fp16" ran bf16 and fp16, "fwd," fwd.
+expect 2 "an empty dtype in a list" -- "$celtune" lookup --device cpu --shape 4,8,100 --dtype bf16,,fp16
+contains err "an empty item in 'bf16,,fp16'" "the refusal quotes the list"
+expect 2 "a mode list ending in a comma" -- "$celtune" lookup --device cpu --shape 4,8,100 --mode fwd,
+expect 0 "dtypes as a list and as separate values" -- "$celtune" lookup --device cpu --shape 4,8,100 --dtype bf16,fp16 fp32 --mode fwd
+contains out ":fp32:" "the separate value counts too"
+contains out ":fp16:" "the listed values count"
 expect 2 "unknown reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp32
 expect 0 "explicit fp64 reference" -- "$celtune" validate --device cpu --shape 4,8,100 --reference fp64
 contains out "fp64" "validate names its truth"

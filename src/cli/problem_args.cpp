@@ -42,6 +42,26 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// A value that lists names, comma-separated (--dtype bf16,fp16). CLI11's own
+// delimiter dropped empty items, so "bf16,,fp16" and "fwd," were taken as
+// "bf16,fp16" and "fwd"; here every item must be one of `names`.
+CLI::Validator comma_list_of(const std::vector<std::string>& names) {
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  return CLI::Validator(
+      [names, all](const std::string& s) -> std::string {
+        const auto items = split(s, ',');
+        const bool empty_item =
+            s.empty() || std::any_of(items.begin(), items.end(), [](const std::string& x) { return x.empty(); });
+        if (empty_item) return "an empty item in '" + s + "': expected " + all + ", comma-separated";
+        for (const auto& x : items)
+          if (std::find(names.begin(), names.end(), x) == names.end())
+            return "'" + x + "' is not one of " + all;
+        return "";
+      },
+      "{" + all + "}[,…]");
+}
+
 }  // namespace
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -129,8 +149,7 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   app->add_option("--model", a.model,
                   "Model preset giving H, V and softcap: " + names + " (--hidden, --vocab, --softcap override it)");
   app->add_option("--dtype", a.dtypes, "Input dtype(s): bf16, fp16, fp32 (default bf16)")
-      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
-      ->delimiter(',');
+      ->check(comma_list_of({"bf16", "fp16", "fp32"}));
   app->add_option("--target-dtype", a.target_type, "Target index dtype: int32 or int64")
       ->check(CLI::IsMember({"int32", "int64"}))
       ->capture_default_str();
@@ -158,8 +177,7 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   app->add_flag("--bias", a.bias, "Add a bias b [V] to the logits (flce)");
   app->add_option("--mode", a.modes,
                   std::string("fwd (forward only) and/or fwdbwd (forward+backward); default ") + mode_default)
-      ->check(CLI::IsMember({"fwd", "fwdbwd"}))
-      ->delimiter(',');
+      ->check(comma_list_of({"fwd", "fwdbwd"}));
 }
 
 bool names_problem(const ProblemArgs& a) {
@@ -221,10 +239,12 @@ std::vector<Problem> build_problems(const ProblemArgs& a) {
   base.loss.z_loss = a.z_loss;
   base.bias = a.bias;
   std::vector<DType> dtypes;
-  for (const auto& d : a.dtypes) dtypes.push_back(*parse_dtype(d));
+  for (const auto& list : a.dtypes)
+    for (const auto& d : split(list, ',')) dtypes.push_back(*parse_dtype(d));
   if (dtypes.empty()) dtypes.push_back(DType::bf16);
   std::vector<Mode> modes;
-  for (const auto& m : a.modes) modes.push_back(*parse_mode(m));
+  for (const auto& list : a.modes)
+    for (const auto& m : split(list, ',')) modes.push_back(*parse_mode(m));
   if (modes.empty()) modes.push_back(Mode::forward_backward);
   // A value given twice (--dtype bf16,bf16) names one problem: tuned once, and
   // --shard counts it once.

@@ -91,7 +91,7 @@ int dw_variant(const KernelConfig& c) {
 }
 
 struct Layout {
-  int64_t N, H, V, rc, vc, ld_vc, row_chunks;
+  int64_t N, H, V, rc, vc, ld_vc;
   bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass, scaled_dz;
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
   // ce: each row split into ce_splits segments of vc columns, one block each;
@@ -112,6 +112,10 @@ struct Layout {
   // fused: the merge blocks' slots for the call's end (sm90::CallEnd), and their count.
   size_t end_loss, end_count, end_bad;
   int64_t end_blocks = 0;
+  // The row chunks run_flce takes, in order: flce's in whole tiles of the
+  // logits GEMM's rows (its clusters when fused, else cuBLASLt's 128-row
+  // tiles); ce's one chunk of all rows.
+  std::vector<int64_t> chunk_rows;
 
   Layout(const Problem& p, const KernelConfig& c) {
     N = p.tokens, H = p.hidden, V = p.vocab;
@@ -120,14 +124,14 @@ struct Layout {
     // Rows of the tile start on 256-byte boundaries (bf16): at GPT-2's 50257, a
     // leading dimension rounded up only to 8 left every row off the GEMMs' grid.
     ld_vc = round_up(vc, 128);
-    row_chunks = (N + rc - 1) / rc;
     bwd = p.mode == Mode::forward_backward;
     one_pass = vc >= V;
     const bool flce = p.family == Family::flce, lowp = p.dtype != DType::fp32;
-    dx_acc = flce && bwd && !one_pass && lowp && c.dx_acc_fp32;
-    dw_acc = flce && bwd && row_chunks > 1 && lowp && c.dw_acc_fp32;
-    db_acc = flce && bwd && p.bias;
     fused = flce && c.impl == KernelConfig::Impl::fused;
+    chunk_rows = c.row_chunk_rows(p, !flce ? 0 : fused ? kSm90LogitsClusterRows[logits_variant(c)] : 128);
+    dx_acc = flce && bwd && !one_pass && lowp && c.dx_acc_fp32;
+    dw_acc = flce && bwd && chunk_rows.size() > 1 && lowp && c.dw_acc_fp32;
+    db_acc = flce && bwd && p.bias;
     dw_cutlass = fused && dw_variant(c) >= 0;
     scaled_dz = sm90_scaled_dz(p, c);
     if (!flce) {
@@ -162,9 +166,8 @@ struct Layout {
     row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 4 : 0);
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
-    if (fused)  // the chunks run_flce takes, each merged in blocks of kMergeRows
-      for (const int64_t rows : c.row_chunk_rows(p, kSm90LogitsClusterRows[logits_variant(c)]))
-        end_blocks += (rows + sm90::kMergeRows - 1) / sm90::kMergeRows;
+    if (fused)
+      for (const int64_t rows : chunk_rows) end_blocks += sm90::merge_blocks(rows);
     end_loss = take(static_cast<size_t>(end_blocks) * sizeof(float));
     end_count = take(static_cast<size_t>(end_blocks) * sizeof(long long));
     end_bad = take(static_cast<size_t>(end_blocks) * sizeof(long long));
@@ -437,7 +440,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     end.block_count = reinterpret_cast<long long*>(base + L.end_count);
     end.block_bad = reinterpret_cast<long long*>(base + L.end_bad);
     end.slot0 = end_slot, end.blocks = L.end_blocks;
-    end_slot += (rows + sm90::kMergeRows - 1) / sm90::kMergeRows;
+    end_slot += sm90::merge_blocks(rows);
     end.last = r0 + rows == L.N;
     end.done = end.last ? ctx.ce_counters() : nullptr;
     end.n_valid = run.one.n_valid, end.bad = run.one.bad, end.loss = a.loss;
@@ -476,11 +479,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
                   L.scaled_dz ? row_scale : nullptr);
   };
 
-  // Row chunks in whole tiles of the logits GEMM's rows: its clusters (fused) or
-  // cuBLASLt's 128-row tiles.
-  const int64_t row_unit = L.fused ? kSm90LogitsClusterRows[logits_variant(c)] : 128;
   int64_t r0 = 0;
-  for (const int64_t rows : c.row_chunk_rows(p, p.family == Family::flce ? row_unit : 0)) {
+  for (const int64_t rows : L.chunk_rows) {
     if (L.fused) {
       // Forward, or the two-pass backward's first pass: statistics only. One pass:
       // the same GEMM stores the tile, and dZ overwrites it from the final LSE.

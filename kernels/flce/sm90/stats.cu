@@ -35,27 +35,32 @@ __device__ __forceinline__ void merge(float& m, float& d, float m2, float d2) {
   }
 }
 
-// A block: 32 consecutive rows (coalesced) × 32 slices of the tiles. The loads
-// are latency-bound (a chunk's partials are a few MB): at 8 slices and one load
-// in flight a thread, a 896-row chunk of Llama-3-8B took 35 µs on the H100.
-constexpr int kRows = kMergeRows, kSlices = 32, kInFlight = 4;
+// A block: merge_block_rows consecutive rows (coalesced) × slices of the tiles,
+// kMergeThreads in all. The loads are latency-bound (a chunk's partials are a
+// few MB): at 8 slices and one load in flight a thread, a 896-row chunk of
+// Llama-3-8B took 35 µs on the H100; at 32 rows a block, GPT-2's 8192-row
+// forward took 21 µs (ncu) in two waves of blocks, one an SM at 48 registers.
+// Two blocks an SM (32 registers) run its 256 blocks in one wave.
+constexpr int kInFlight = 4;
 
-__global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad,
-                                   int64_t tiles, int64_t r0, int64_t rows, StatsParams p, const float* z_target,
-                                   float* lse, float* token_loss, float* row_ref, CallEnd end) {
-  __shared__ float sm[kSlices][kRows], sd[kSlices][kRows], sz[kSlices][kRows];
-  __shared__ bool other[kSlices][kRows];
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x;
+__global__ void __launch_bounds__(kMergeThreads, 2)
+    merge_stats_kernel(const LsePair* lse_partials, const float* sumz_partials, int rows_pad, int tiles,
+                       int64_t r0, int rows, StatsParams p, const float* z_target, float* lse, float* token_loss,
+                       float* row_ref, CallEnd end) {
+  __shared__ float sm[kMergeThreads], sd[kMergeThreads], sz[kMergeThreads];
+  __shared__ bool other[kMergeThreads];
+  const int block_rows = blockDim.x, slices = blockDim.y, me = threadIdx.y * block_rows + threadIdx.x;
+  const int i = static_cast<int>(blockIdx.x) * block_rows + static_cast<int>(threadIdx.x);
   float m = -INFINITY, d = 0.0f, zs = 0.0f;
   bool off_ref = false;  // a partial with terms against another reference than row_ref[i]
   if (i < rows) {
     const float ref = row_ref ? row_ref[i] : 0.0f;
-    for (int64_t t0 = threadIdx.y; t0 < tiles; t0 += kSlices * kInFlight) {
+    for (int t0 = threadIdx.y; t0 < tiles; t0 += slices * kInFlight) {
       LsePair q[kInFlight];
       float z[kInFlight];
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k) {  // loads first, then the dependent merges
-        const int64_t t = t0 + int64_t{k} * kSlices;
+        const int t = t0 + k * slices;
         q[k] = t < tiles ? lse_partials[t * rows_pad + i] : LsePair{-INFINITY, 0.0f};
         z[k] = t < tiles && sumz_partials ? sumz_partials[t * rows_pad + i] : 0.0f;
       }
@@ -66,19 +71,24 @@ __global__ void merge_stats_kernel(const LsePair* lse_partials, const float* sum
       }
     }
   }
-  sm[threadIdx.y][threadIdx.x] = m, sd[threadIdx.y][threadIdx.x] = d, sz[threadIdx.y][threadIdx.x] = zs;
-  other[threadIdx.y][threadIdx.x] = off_ref;
+  // The slices of a row in a tree of fixed pairs (deterministic): slice y takes
+  // y + s, for s = slices/2 … 1. Rows past the chunk carry empty partials.
+  sm[me] = m, sd[me] = d, sz[me] = zs, other[me] = off_ref;
   __syncthreads();
+  for (int s = slices / 2; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.y) < s) {
+      const int o = me + s * block_rows;
+      merge(m, d, sm[o], sd[o]);
+      zs += sz[o], off_ref = off_ref || other[o];
+      sm[me] = m, sd[me] = d, sz[me] = zs, other[me] = off_ref;
+    }
+    __syncthreads();
+  }
   // The row's loss, and its part of the call's end: the loss where the target is
   // valid, the count, the row if its target is out of range (count_targets' rule).
   float valid_loss = 0.0f;
   long long count = 0, bad = INT64_MAX;
   if (threadIdx.y == 0 && i < rows) {
-    for (int j = 1; j < kSlices; ++j) {  // fixed order: deterministic
-      merge(m, d, sm[j][threadIdx.x], sd[j][threadIdx.x]);
-      zs += sz[j][threadIdx.x];
-      off_ref = off_ref || other[j][threadIdx.x];
-    }
     if (off_ref) row_ref[i] = NAN;
     const int64_t gr = r0 + i, y = target_at(p, gr);
     const float L = m + logf(d);
@@ -129,9 +139,15 @@ void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
                  float* row_ref, const CallEnd& end, cudaStream_t st) {
   if (rows <= 0) return;
-  const auto blocks = static_cast<unsigned>((rows + kRows - 1) / kRows);
-  merge_stats_kernel<<<blocks, dim3(kRows, kSlices), 0, st>>>(lse_partials, sumz_partials, rows_pad, tiles, r0, rows, p,
-                                                              z_target, lse, token_loss, row_ref, end);
+  // Indices in 32 bits (fewer registers, so two blocks an SM): a chunk's
+  // partials are far below 2^31 at any shape whose scratch fits a GPU.
+  if (rows_pad > INT32_MAX || tiles > INT32_MAX / rows_pad)
+    fail_usage("a row chunk of " + std::to_string(rows) + " rows over " + std::to_string(tiles) +
+               " vocabulary tiles has more than 2^31 statistics partials; use a smaller row_chunk");
+  const int block_rows = merge_block_rows(rows);
+  merge_stats_kernel<<<static_cast<unsigned>(merge_blocks(rows)), dim3(block_rows, kMergeThreads / block_rows), 0,
+                       st>>>(lse_partials, sumz_partials, static_cast<int>(rows_pad), static_cast<int>(tiles), r0, static_cast<int>(rows), p, z_target, lse,
+                             token_loss, row_ref, end);
   CELTUNE_LAUNCHED();
 }
 

@@ -22,8 +22,16 @@ struct StatsParams {
   Reduction reduction;
 };
 
-// Rows a merge block takes.
-inline constexpr int kMergeRows = 32;
+// A merge block's rows: 32 (each warp loads 256 contiguous bytes a tile) where
+// that gives at least a block an SM, else 8 (64 bytes), so that a 1024-row
+// chunk merges in 128 blocks rather than 32. The block is 1024 threads: its
+// rows × slices of the tiles. merge_blocks is the launch's grid, and so the
+// CallEnd slots the launch writes.
+inline constexpr int kMergeThreads = 1024;
+inline constexpr int merge_block_rows(int64_t rows) { return rows >= 4096 ? 32 : 8; }
+inline constexpr int64_t merge_blocks(int64_t rows) {
+  return (rows + merge_block_rows(rows) - 1) / merge_block_rows(rows);
+}
 
 // The call's end in its merges, in place of count_targets and reduce_loss (two
 // one-block launches, 13 µs of GPT-2's 0.9 ms forward on the H100, ncu): every

@@ -746,16 +746,21 @@ std::string dump_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void export_jsonl(const Store& s, std::ostream& out) {
+std::vector<std::string> export_jsonl(const Store& s, std::ostream& out) {
   // Every line is read back as import reads it before the first is written: an
   // export that import refuses is a backup that fails when it is needed (a
   // stored median of −1 ms was exported, then refused). Text that is not UTF-8
-  // leaves dump_text replaced, and so passes.
-  std::vector<std::string> lines;
+  // leaves dump_text replaced, and so passes; the caller is told which rows.
+  std::vector<std::string> lines, replaced;
   auto add = [&]<typename Row>(const Row& row, const char* kind) {
     nlohmann::json j = row;
     j["record"] = kind;
     lines.push_back(dump_text(j));
+    try {
+      (void)j.dump();  // strict: throws where dump_text replaced
+    } catch (const nlohmann::json::type_error&) {
+      replaced.push_back(std::string(kind) + " " + row.device.name + " " + row.problem.key());
+    }
     try {
       check_record(parse_json_strict(lines.back()).get<Row>());
     } catch (const nlohmann::json::exception& e) {
@@ -769,6 +774,7 @@ void export_jsonl(const Store& s, std::ostream& out) {
   for (const auto& b : s.best_entries()) add(b, "best");
   for (const auto& m : s.measurements()) add(m, "measurement");
   for (const auto& line : lines) out << line << '\n';
+  return replaced;
 }
 
 namespace {
@@ -801,14 +807,14 @@ void check_stats(const Stats& t) {
 }
 
 // Text a record carries and `db list` or `lookup` print: at most `max` bytes of
-// valid UTF-8 without control characters (an escape sequence in a version string
-// was printed raw; a byte 0xff made every later export fail).
+// valid UTF-8 without control characters, C1 included (an escape sequence in a
+// version string was printed raw; a byte 0xff made every later export fail;
+// U+009B, the 8-bit CSI, was imported).
 bool printable(const std::string& s, size_t max) {
   if (s.size() > max) return false;
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
     const size_t n = utf8_sequence_length(s, i);
-    if (c < 0x20 || c == 0x7f || n == 0) return false;
+    if (n == 0 || is_control(s, i, n)) return false;
     i += n;
   }
   return true;

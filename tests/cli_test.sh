@@ -1091,5 +1091,64 @@ sed 's/"memory_bytes":85899345920/"memory_bytes":85899345921/' "$tmp/in.jsonl" >
 cmp -s <("$celtune" db --db "$tmp/ab.sqlite" export) <("$celtune" db --db "$tmp/ba.sqlite" export) && passes=$((passes + 1)) \
   || { fails=$((fails + 1)); echo "FAIL: export order depends on import order"; }
 
+# JSON nested 60 000 deep crashed the error path (a recursive dump): refused
+# at parse, as an import line, a --config and CELTUNE_CONFIG alike.
+python3 -c "d=60000;print('{\"record\":'+'['*d+']'*d+'}')" >"$tmp/deep.jsonl"
+deep_cfg=$(python3 -c "d=60000;print('{\"threads\":'+'['*d+']'*d+'}')")
+expect 2 "import JSON nested 60 000 deep" -- "$celtune" db --db "$tmp/deep.sqlite" import "$tmp/deep.jsonl"
+contains err "nested deeper than" "the nesting is named"
+expect 2 "a --config nested 60 000 deep" -- "$celtune" lookup --device cpu --shape 8,16,50 --config "$deep_cfg"
+expect 2 "CELTUNE_CONFIG nested 60 000 deep" -- env CELTUNE_CONFIG="$deep_cfg" "$celtune" lookup --device cpu --shape 8,16,50
+# A --db whose damage shows only when its rows are read: exit 3, as at open.
+cp "$tmp/a.sqlite" "$tmp/pages.sqlite"
+python3 -c "
+import sys; b=bytearray(open(sys.argv[1],'rb').read()); b[4096:]=bytes(len(b)-4096); open(sys.argv[1],'wb').write(b)" "$tmp/pages.sqlite"
+expect 3 "lookup --db with its pages past the first zeroed" -- "$celtune" lookup --device cpu --shape 8,16,50 --db "$tmp/pages.sqlite"
+contains err "lookup --db needs one it can read" "the damaged --db is refused"
+# A writer's database through a link to nothing: the summary was printed, then
+# the write failed (or went through the link as "created by another process").
+ln -s "$tmp/nodir/x.sqlite" "$tmp/dangling.sqlite"
+ln -s "$tmp/not-yet.sqlite" "$tmp/dangling2.sqlite"
+for l in dangling dangling2; do
+  expect 3 "import through a link to nothing ($l)" -- "$celtune" db --db "$tmp/$l.sqlite" import "$tmp/in.jsonl"
+  contains err "through a symbolic link" "the link is named ($l)"
+  [ ! -s "$tmp/out" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: import through a dangling link printed a summary"; }
+  expect 3 "merge through a link to nothing ($l)" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/$l.sqlite"
+done
+[ ! -e "$tmp/not-yet.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a database was made through the link"; }
+# C1 controls (U+009B, the 8-bit CSI) are control characters too.
+python3 - "$tmp/in.jsonl" "$tmp/c1.jsonl" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).readline()); r["device"]["name"] = "gpu\u009b2J"
+open(sys.argv[2], "w").write(json.dumps(r) + "\n")
+PY
+expect 2 "import a device name holding U+009B" -- "$celtune" db --db "$tmp/c1.sqlite" import "$tmp/c1.jsonl"
+# Text from a damaged database reaches the terminal escaped (lookup, report),
+# and report's SVG stays XML: a database with measurements, whose v_chunk plots
+# name the device.
+"$celtune" tune --device cpu --shape 64,32,2000 --budget 2 --db "$tmp/m.sqlite" >/dev/null 2>&1
+cp "$tmp/m.sqlite" "$tmp/esc.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE devices SET name='x\x1b[2J'\"); c.commit()" "$tmp/esc.sqlite"
+"$celtune" lookup --device cpu --shape 64,32,2000 --db "$tmp/esc.sqlite" >"$tmp/out" 2>"$tmp/err"
+"$celtune" report --db "$tmp/esc.sqlite" -o "$tmp/esc-report" >>"$tmp/out" 2>>"$tmp/err"
+contains err 'x\x1b[2J' "the name is printed escaped"
+! grep -q $'\x1b' "$tmp/out" "$tmp/err" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a raw ESC reached the terminal"; }
+# Not UTF-8 in a stored name: export replaces it and says so.
+cp "$tmp/m.sqlite" "$tmp/u8.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE devices SET name=CAST(x'ff41' AS TEXT)\"); c.commit()" "$tmp/u8.sqlite"
+expect 0 "export a name that is not UTF-8" -- "$celtune" db --db "$tmp/u8.sqlite" export -o "$tmp/u8.jsonl"
+contains err "not UTF-8, exported with U+FFFD" "the replacement is said"
+expect 0 "report a name that is not UTF-8" -- "$celtune" report --db "$tmp/u8.sqlite" -o "$tmp/u8-report"
+python3 -c "
+import glob, sys, xml.dom.minidom as m
+files = glob.glob(sys.argv[1] + '/*.svg'); assert files
+for f in files: m.parse(f)" "$tmp/u8-report" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote SVG that is not XML"; }
+# Names up to NAME_MAX: the temporary's ".XXXXXX" pushed a 250-byte name past it.
+long=$(printf 'a%.0s' $(seq 244)).jsonl
+expect 0 "export to a 250-byte file name" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/$long"
+long_db=$(printf 'b%.0s' $(seq 240)).sqlite
+expect 0 "import into a new database of 247 bytes" -- "$celtune" db --db "$tmp/$long_db" import "$tmp/in.jsonl"
+expect 2 "a new database of 248 bytes (no room for -journal)" -- "$celtune" db --db "$tmp/b$long_db" import "$tmp/in.jsonl"
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

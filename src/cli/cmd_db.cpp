@@ -1,6 +1,7 @@
 // celtune db: list, export, import and merge tuning databases.
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,18 +49,31 @@ void require_db_folder(const std::string& path) {
     fail_env("cannot create database " + path + ": its folder " + parent.string() + " does not exist");
 }
 
-void refuse_journal_name(const std::string& path) {
+// Names a writer must not create or open a database under.
+void refuse_unsafe_db_name(const std::string& path) {
+  namespace fs = std::filesystem;
   const std::string base = db::journal_owner(path);
   std::error_code ec;
-  if (!base.empty() && std::filesystem::is_regular_file(base, ec))
+  if (!base.empty() && fs::is_regular_file(base, ec))
     fail_usage("refusing to write a database as " + path + ": it is a journal file of database " + base +
                ", which SQLite would delete or replay");
+  // SQLite keeps "-journal" beside a new database while it writes the schema: a
+  // longer name fails there.
+  if (fs::path(path).filename().string().size() + 8 > NAME_MAX && !fs::exists(path, ec))
+    fail_usage("a database's file name must be at most " + std::to_string(NAME_MAX - 8) +
+               " bytes, room for SQLite's \"-journal\" beside it: " + path);
+  // A link to a file not there yet: the new database was made beside it (its
+  // summary printed), then its placing failed or went through the link as if
+  // another process had made it meanwhile.
+  if (fs::is_symlink(fs::symlink_status(path, ec)) && !fs::exists(path, ec))
+    fail_env("refusing to create database " + path + " through a symbolic link to " +
+             fs::read_symlink(path, ec).string() + ", which does not exist: create it there, or name it directly");
 }
 
 std::string writable_db_path(const std::string& named) {
   const char* env_db = std::getenv("CELTUNE_DB");
   const std::string path = named.empty() ? default_db_path() : named;
-  refuse_journal_name(path);
+  refuse_unsafe_db_name(path);
   if (!named.empty() || (env_db && *env_db)) {
     require_db_folder(path);
     return path;
@@ -128,8 +142,7 @@ int do_list(const DbArgs& a) {
     rules.push_back(db::broken_record(b));
     if (rules.back().empty()) continue;
     ++broken;
-    std::cerr << "celtune: warning: " << printable_message(db::broken_best_note(s.path(), b))
-              << "; the runtime skips it\n";
+    write_warning(std::cerr, db::broken_best_note(s.path(), b) + "; the runtime skips it");
   }
   if (a.json) {
     nlohmann::json rows = best;
@@ -152,6 +165,13 @@ int do_list(const DbArgs& a) {
   return 0;
 }
 
+// An export that changed text says so (db list marks such rows; merge refuses them).
+void warn_replaced(const std::vector<std::string>& rows) {
+  if (rows.empty()) return;
+  write_warning(std::cerr, std::to_string(rows.size()) + " row(s) held text that is not UTF-8, exported with U+FFFD "
+                               "in place of each bad sequence (the first: " + rows.front() + ")");
+}
+
 // Export never replaces what it should not: the database it reads or its
 // journal files, a symlink, a FIFO, a device. It writes a temporary file beside
 // OUT and renames it over OUT only once every byte is written, so a failure
@@ -161,7 +181,7 @@ int do_export(const DbArgs& a) {
   require_database(path);
   db::Store s(path, db::Access::read_only);
   if (a.out.empty() || a.out == "-") {
-    db::export_jsonl(s, std::cout);  // main() checks standard output at the end
+    warn_replaced(db::export_jsonl(s, std::cout));  // main() checks standard output at the end
     return 0;
   }
   std::error_code ec;
@@ -184,7 +204,9 @@ int do_export(const DbArgs& a) {
       fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
                  "another output");
   }
-  write_file_atomic(a.out, [&](std::ostream& f) { db::export_jsonl(s, f); });
+  std::vector<std::string> replaced;
+  write_file_atomic(a.out, [&](std::ostream& f) { replaced = db::export_jsonl(s, f); });
+  warn_replaced(replaced);
   return 0;
 }
 
@@ -290,7 +312,7 @@ int do_merge(const DbArgs& a) {
   // everything in one transaction (offer_and_report).
   // OUT may already exist (even be A or B): its rows take part in the merge and
   // none is lost; per (device, problem) the fastest best entry wins.
-  refuse_journal_name(a.out);
+  refuse_unsafe_db_name(a.out);
   std::error_code ec;
   const bool out_existed = fs::exists(a.out, ec);
   if (!out_existed) require_db_folder(a.out);

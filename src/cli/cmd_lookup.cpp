@@ -1,8 +1,10 @@
 // celtune lookup: the config the runtime would use for a problem, where it came
 // from (its tag), and the database entry behind it. Uses the runtime's own
 // resolver; opens the database read-only and never creates or changes a file.
-// With a missing or damaged database it still answers: tag default, exit 0.
+// With a missing or damaged database it found it still answers (tag default,
+// exit 0), as the runtime does; one named with --db must be usable (exit 3).
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -50,11 +52,21 @@ Action register_lookup(CLI::App& app) {
     }
     runtime::Resolver resolver(runtime::find_databases(a->db), dev, kKernelSourceHash, std::cerr,
                                runtime::backend_checks(backend));
+    std::vector<runtime::Resolved> resolved;
+    for (const Problem& p : problems) resolved.push_back(resolver.resolve(p, a->config.empty() ? nullptr : a->config.c_str()));
+    // Damage that shows only when rows are read (a page past the header, a
+    // schema that lies about itself) makes the resolver drop the database: after
+    // resolving, so the "searched" line says it, and a --db dropped is exit 3 too.
     std::string dbs;
-    for (const auto& [path, ok] : resolver.databases()) dbs += (dbs.empty() ? "" : ", ") + path + (ok ? "" : " (unusable)");
+    for (const auto& [path, ok] : resolver.databases()) {
+      dbs += (dbs.empty() ? "" : ", ") + path + (ok ? "" : " (unusable)");
+      if (!ok && !a->db.empty() && path == a->db)
+        fail_env("database " + a->db + " is damaged (the warning above says how); lookup --db needs one it can read");
+    }
     nlohmann::json out = nlohmann::json::array();
-    for (const Problem& p : problems) {
-      const runtime::Resolved r = resolver.resolve(p, a->config.empty() ? nullptr : a->config.c_str());
+    for (size_t k = 0; k < problems.size(); ++k) {
+      const Problem& p = problems[k];
+      const runtime::Resolved& r = resolved[k];
       // A config from the call or CELTUNE_CONFIG is not checked against the
       // device when it is resolved; the call then fails. Say so here, as the call
       // would (a fused config on the CPU printed as if it would run).
@@ -71,17 +83,21 @@ Action register_lookup(CLI::App& app) {
       if (r.entry) j["entry"] = *r.entry;
       out.push_back(j);
       if (a->json) continue;
-      std::cout << "problem   " << p.key() << "\ndevice    " << dev.id << " (" << dev.name << ", " << dev.arch
-                << ")\nconfig    " << to_string(r.config) << "\n          " << nlohmann::json(r.config).dump()
-                << "\ntag       " << runtime::to_string(r.source) << "\ndatabase  "
-                << (r.database.empty() ? "(no entry)" : r.database) << "\nsearched  " << (dbs.empty() ? "(none found)" : dbs)
-                << '\n';
+      // Names and versions come from the database's rows: printed escaped, as
+      // db list prints them (an escape sequence in a device name reached the terminal).
+      std::ostringstream text;
+      text << "problem   " << p.key() << "\ndevice    " << dev.id << " (" << dev.name << ", " << dev.arch
+           << ")\nconfig    " << to_string(r.config) << "\n          " << nlohmann::json(r.config).dump()
+           << "\ntag       " << runtime::to_string(r.source) << "\ndatabase  "
+           << (r.database.empty() ? "(no entry)" : r.database) << "\nsearched  " << (dbs.empty() ? "(none found)" : dbs)
+           << '\n';
       if (r.entry)
-        std::cout << "entry     " << r.entry->device.name << ", N=" << r.entry->problem.tokens << ", median "
-                  << fmt("%.3f", r.entry->stats.median_ms) << " ms, " << fmt("%.2fx", r.entry->speedup)
-                  << " over default, kernel " << r.entry->kernel_hash << ", celtune " << r.entry->celtune_version
-                  << ", " << r.entry->created_at << '\n';
-      for (const auto& s : r.skipped) std::cout << "skipped   " << s << '\n';
+        text << "entry     " << r.entry->device.name << ", N=" << r.entry->problem.tokens << ", median "
+             << fmt("%.3f", r.entry->stats.median_ms) << " ms, " << fmt("%.2fx", r.entry->speedup)
+             << " over default, kernel " << r.entry->kernel_hash << ", celtune " << r.entry->celtune_version << ", "
+             << r.entry->created_at << '\n';
+      for (const auto& s : r.skipped) text << "skipped   " << s << '\n';
+      std::cout << printable_message(text.str());
       std::cout << '\n';
     }
     if (a->json) std::cout << db::dump_text(out, 2) << '\n';

@@ -86,9 +86,9 @@ Action register_report(CLI::App& app) {
       if (grid.empty()) fail_usage("--problem " + a->problem + ": no measurements of that problem in " + path);
     }
     if (broken_points)
-      std::cerr << "celtune: warning: database " << path << ": " << broken_points
-                << " measurements hold a config that breaks a rule, left out of the v_chunk plots (the first: "
-                << first_broken << ")\n";
+      write_warning(std::cerr, "database " + path + ": " + std::to_string(broken_points) +
+                                   " measurements hold a config that breaks a rule, left out of the v_chunk plots (the "
+                                   "first: " + first_broken + ")");
     // Every plot is drawn before anything is written (see the summary below).
     std::vector<std::pair<std::filesystem::path, std::string>> plots;
     int n = 0;
@@ -114,7 +114,7 @@ Action register_report(CLI::App& app) {
     for (const auto& b : best) {
       if (!a->device.empty() && b.device.name != a->device) continue;
       const std::string note = db::broken_best_note(path, b);
-      if (!note.empty()) std::cerr << "celtune: warning: " << note << "; its bar is marked \"invalid config\"\n";
+      if (!note.empty()) write_warning(std::cerr, note + "; its bar is marked \"invalid config\"");
       labels.push_back(short_key(b.problem) + (note.empty() ? "" : " (invalid config)"));
       speedups.push_back(b.speedup);
     }

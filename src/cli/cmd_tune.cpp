@@ -259,7 +259,7 @@ Action register_tune(CLI::App& app) {
       mine.warn = [&](const std::string& note) {
         std::lock_guard lk(out_mu);
         if (bar) std::cerr << "\r" << std::string(120, ' ') << "\r";  // not glued to the progress bar
-        std::cerr << "celtune: warning: " << note << '\n';
+        write_warning(std::cerr, note);
       };
       for (const auto& prior : a->priors) {
         priors.push_back(std::make_unique<db::Store>(prior, db::Access::read_only));

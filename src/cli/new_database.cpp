@@ -70,7 +70,7 @@ void disarm() {
 }  // namespace
 
 NewDatabase::NewDatabase(const std::string& final_path) {
-  path_ = final_path + ".XXXXXX";
+  path_ = temp_template(final_path, 8);  // 8: SQLite's "-journal" beside it
   const int fd = ::mkstemp(path_.data());
   if (fd < 0) {
     const int err = errno;

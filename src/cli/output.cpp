@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -85,6 +86,15 @@ mode_t new_file_mode() {
   return 0666 & ~mask;
 }
 
+std::string temp_template(const std::string& path, size_t room) {
+  const std::filesystem::path p(path);
+  std::string name = p.filename().string();
+  const size_t fits = NAME_MAX - room - 7;  // 7: ".XXXXXX"
+  if (name.size() <= fits) return path + ".XXXXXX";
+  name.resize(fits);
+  return (p.parent_path() / (name + ".XXXXXX")).string();
+}
+
 std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -94,7 +104,7 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
     fail_usage("refusing to write " + path + ": it exists and is not a regular file");
   struct stat old {};
   const mode_t mode = exists && ::stat(path.c_str(), &old) == 0 ? old.st_mode & 07777 : new_file_mode();
-  std::string tmp = path + ".XXXXXX";
+  std::string tmp = temp_template(path, 0);
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
   ::close(fd);

@@ -28,6 +28,11 @@ class Table {
 
 std::string fmt(const char* format, double v);  // printf-style for one number
 
+// A mkstemp template for a temporary beside `path`: its name and ".XXXXXX",
+// the name cut short where the whole, and `room` bytes more (a suffix SQLite
+// adds), would pass NAME_MAX (a legal 250-byte name failed: too long).
+std::string temp_template(const std::string& path, size_t room);
+
 // Writes `path` atomically: `body` fills a temporary file beside it, which is
 // renamed over `path` only once every byte is written and flushed, so a failure
 // (a full disk, a file-size limit) leaves what was there untouched and removes

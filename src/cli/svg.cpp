@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "model/error.hpp"
+
 namespace celtune::cli {
 namespace {
 
@@ -13,14 +15,17 @@ const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", 
 
 std::string esc(const std::string& s) {
   std::string o;
-  for (char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const size_t n = utf8_sequence_length(s, i);
     if (c == '<') o += "&lt;";
     else if (c == '>') o += "&gt;";
     else if (c == '&') o += "&amp;";
-    // XML 1.0 allows no control character but tab and newline: a device name
-    // holding ESC made the file unreadable to XML tools.
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) o += '?';
-    else o += c;
+    // An XML file is UTF-8 without control characters (but tab and newline): a
+    // device name holding ESC, or a byte 0xff, made the file unreadable to XML tools.
+    else if (n == 0 || is_control(s, i, n)) o += '?';
+    else o.append(s, i, n);
+    i += n ? n : 1;
   }
   return o;
 }

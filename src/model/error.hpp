@@ -7,7 +7,9 @@
 // caller has to know which layer failed.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -35,33 +37,56 @@ class Error : public std::runtime_error {
 [[noreturn]] inline void fail_env(const std::string& m) { throw Error(Status::environment, m); }
 
 // The length of the UTF-8 sequence that starts at s[i] (1–4), or 0 where none
-// does (a stray continuation byte, an invalid lead, a sequence cut short).
+// does (a stray continuation byte, an invalid lead, a sequence cut short, an
+// overlong form, a surrogate, a code point past U+10FFFF).
 inline size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = at(0);
+  const size_t n = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >> 4) == 0xe ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
   if (n == 0 || i + n > s.size()) return 0;
   for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+    if ((at(k) & 0xc0) != 0x80) return 0;
+  // Where the lead byte alone allows them, the second byte's range rules out
+  // overlong forms (E0, F0), surrogates (ED) and code points past U+10FFFF (F4).
+  if ((c == 0xe0 && at(1) < 0xa0) || (c == 0xed && at(1) > 0x9f) || (c == 0xf0 && at(1) < 0x90) ||
+      (c == 0xf4 && at(1) > 0x8f))
+    return 0;
   return n;
 }
 
+// Whether the n-byte sequence at s[i] is a control character: C0 (below 0x20),
+// DEL, or C1 (U+0080–U+009F, which terminals take as CSI, OSC, … as well).
+inline bool is_control(std::string_view s, size_t i, size_t n) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  return (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0);
+}
+
 // A message as it is printed: messages echo what they were given (a flag's
-// value, a file's name), so bytes that are not UTF-8 and control characters
-// other than newline and tab are written as \xNN, never raw to the terminal.
+// value, a file's name, a database's text), so bytes that are not UTF-8 and
+// control characters other than newline and tab are written as \xNN, never raw
+// to the terminal.
 inline std::string printable_message(std::string_view s) {
   std::string out;
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
     const size_t n = utf8_sequence_length(s, i);
-    if (n == 0 || ((c < 0x20 || c == 0x7f) && c != '\n' && c != '\t')) {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex, ++i;
+    if (n == 0 || (is_control(s, i, n) && s[i] != '\n' && s[i] != '\t')) {
+      for (size_t k = 0; k < std::max<size_t>(n, 1); ++k) {
+        char hex[5];
+        std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(s[i + k]));
+        out += hex;
+      }
+      i += std::max<size_t>(n, 1);
     } else {
       out.append(s, i, n), i += n;
     }
   }
   return out;
+}
+
+// A warning as every layer prints it: its text made printable (it may quote a
+// database's or a file's contents).
+inline void write_warning(std::ostream& o, std::string_view m) {
+  o << "celtune: warning: " << printable_message(m) << '\n';
 }
 
 }  // namespace celtune

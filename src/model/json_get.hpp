@@ -51,12 +51,18 @@ inline std::string json_error_text(const nlohmann::json::exception& e) {
 // appears twice in one object is Error(usage), where nlohmann keeps the last and
 // a hand-edited record or config would silently mean something else.
 // A NUL byte is refused too: nlohmann's lexer takes it for the end of input, so
-// whatever followed it on an imported line was silently dropped.
+// whatever followed it on an imported line was silently dropped. And so is
+// nesting deeper than kMaxJsonDepth (celtune's records nest 3 deep): whatever
+// walks a value recursively (dump, comparison, conversion) would overflow the
+// stack at a depth the parser itself takes.
+inline constexpr int kMaxJsonDepth = 32;
 inline nlohmann::json parse_json_strict(const std::string& text) {
   if (text.find('\0') != std::string::npos) fail_usage("a NUL byte in JSON text");
   std::vector<std::set<std::string>> open;  // the keys seen, per enclosing object
-  return nlohmann::json::parse(text, [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
+  return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
     using E = nlohmann::json::parse_event_t;
+    if ((ev == E::object_start || ev == E::array_start) && depth >= kMaxJsonDepth)
+      fail_usage("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     if (ev == E::object_start) open.emplace_back();
     if (ev == E::object_end && !open.empty()) open.pop_back();
     if (ev == E::key && !open.empty() && !open.back().insert(v.get<std::string>()).second)

@@ -74,8 +74,8 @@ Resolver::Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string
   try {
     busy_ms_ = db::busy_timeout_ms();
   } catch (const Error& e) {
-    warn_ << "celtune: warning: " << e.what() << "; waiting the default " << db::kDefaultBusyTimeoutMs
-          << " ms for a locked database\n";
+    write_warning(warn_, std::string(e.what()) + "; waiting the default " + std::to_string(db::kDefaultBusyTimeoutMs) +
+                             " ms for a locked database");
   }
 }
 
@@ -92,13 +92,13 @@ db::Store* Resolver::open(Db& d) {
   std::error_code ec;
   if (!std::filesystem::exists(d.where.path, ec)) {
     if (d.where.named)
-      warn_ << "celtune: warning: database " << d.where.path << " does not exist; using the next source\n";
+      write_warning(warn_, "database " + d.where.path + " does not exist; using the next source");
     return nullptr;
   }
   try {
     d.store = std::make_unique<db::Store>(d.where.path, db::Access::read_only, busy_ms_);
   } catch (const Error& e) {
-    warn_ << "celtune: warning: " << e.what() << "; using the next source\n";
+    write_warning(warn_, std::string(e.what()) + "; using the next source");
   }
   return d.store.get();
 }
@@ -115,7 +115,7 @@ std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p,
   // unless CELTUNE_LOG=1 (the C API probe), where list and tune warn.
   if (const std::string rule = db::broken_record(e); !rule.empty()) {
     if (damage_warned_.insert(db_path + '\n' + e.device.name + '\n' + e.problem.key()).second)
-      warn_ << "celtune: warning: " << db::broken_best_note(db_path, e) << "; skipped, using the next source\n";
+      write_warning(warn_, db::broken_best_note(db_path, e) + "; skipped, using the next source");
     return "the stored row is damaged: " + rule;
   }
   if (const std::string rule = db::broken_rule(p, c); !rule.empty())
@@ -138,10 +138,10 @@ std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p,
 }
 
 void Resolver::log(const Problem& p, const Resolved& r) {
-  warn_ << "celtune: " << p.key() << " -> " << celtune::to_string(r.config) << " [" << to_string(r.source) << "]";
-  if (r.entry) warn_ << " from " << r.entry->device.name << " N=" << r.entry->problem.tokens << " in " << r.database;
-  for (const auto& s : r.skipped) warn_ << "\n  skipped: " << s;
-  warn_ << '\n';
+  std::string line = p.key() + " -> " + celtune::to_string(r.config) + " [" + to_string(r.source) + "]";
+  if (r.entry) line += " from " + r.entry->device.name + " N=" + std::to_string(r.entry->problem.tokens) + " in " + r.database;
+  for (const auto& s : r.skipped) line += "\n  skipped: " + s;
+  warn_ << "celtune: " << printable_message(line) << '\n';
 }
 
 Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
@@ -203,7 +203,7 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
     } catch (const Error& e) {
       // A database that opened but fails to read (truncated pages, locked for
       // longer than the busy timeout): warn once, skip it for good.
-      warn_ << "celtune: warning: " << e.what() << "; using the next source\n";
+      write_warning(warn_, std::string(e.what()) + "; using the next source");
       d.store.reset();
     }
   }

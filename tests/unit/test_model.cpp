@@ -35,6 +35,15 @@ TEST_CASE("messages print what they echo escaped, UTF-8 kept") {
   CHECK(printable_message("\x80z") == "\\x80z");                           // a stray continuation byte
   CHECK(utf8_sequence_length("€", 0) == 3);
   CHECK(utf8_sequence_length("\xe2\x82", 0) == 0);
+  // C1 controls (U+009B: the 8-bit CSI) are escaped as C0 ones are; U+00A0 is text.
+  CHECK(printable_message("a\xc2\x9b" "2Jb\xc2\xa0") == "a\\xc2\\x9b" "2Jb\xc2\xa0");
+  // Not UTF-8: overlong forms, surrogates, past U+10FFFF.
+  CHECK(utf8_sequence_length("\xc0\x80", 0) == 0);
+  CHECK(utf8_sequence_length("\xe0\x80\x80", 0) == 0);
+  CHECK(utf8_sequence_length("\xed\xa0\x80", 0) == 0);
+  CHECK(utf8_sequence_length("\xf4\x90\x80\x80", 0) == 0);
+  CHECK(utf8_sequence_length("\xf4\x8f\xbf\xbf", 0) == 4);  // U+10FFFF
+  CHECK(utf8_sequence_length("\xed\x9f\xbf", 0) == 3);       // U+D7FF
 }
 
 TEST_CASE("problem validation names what is wrong") {

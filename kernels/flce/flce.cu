@@ -128,7 +128,8 @@ struct Layout {
     one_pass = vc >= V;
     const bool flce = p.family == Family::flce, lowp = p.dtype != DType::fp32;
     fused = flce && c.impl == KernelConfig::Impl::fused;
-    chunk_rows = c.row_chunk_rows(p, !flce ? 0 : fused ? kSm90LogitsClusterRows[logits_variant(c)] : 128);
+    chunk_rows = flce ? c.row_chunk_rows(p, fused ? kSm90LogitsClusterRows[logits_variant(c)] : 128)
+                      : std::vector<int64_t>{N};
     dx_acc = flce && bwd && !one_pass && lowp && c.dx_acc_fp32;
     dw_acc = flce && bwd && chunk_rows.size() > 1 && lowp && c.dw_acc_fp32;
     db_acc = flce && bwd && p.bias;
@@ -263,6 +264,9 @@ void check_supported(const Problem& p, const KernelConfig& c, int device) {
     logits_variant(c), dw_variant(c);  // names in the table
     if (p.hidden % 8)
       fail_usage("hidden size " + std::to_string(p.hidden) + " must be a multiple of 8 for impl fused (TMA rows)");
+    if (sm90_partial_rows(logits_variant(c), c.row_chunk_for(p)) > sm90::kMergeMaxRows)
+      fail_usage("impl fused takes row chunks of at most " + std::to_string(sm90::kMergeMaxRows) +
+                 " rows (the merge's 32-bit strides); set row_chunk");
   }
   const bool bwd = p.mode == Mode::forward_backward;
   CeKernels used;

@@ -40,7 +40,9 @@ __device__ __forceinline__ void merge(float& m, float& d, float m2, float d2) {
 // few MB): at 8 slices and one load in flight a thread, a 896-row chunk of
 // Llama-3-8B took 35 µs on the H100; at 32 rows a block, GPT-2's 8192-row
 // forward took 21 µs (ncu) in two waves of blocks, one an SM at 48 registers.
-// Two blocks an SM (32 registers) run its 256 blocks in one wave.
+// Two blocks an SM (32 registers) run its 256 blocks in one wave: rows and
+// the stride between a thread's tiles in 32 bits (check_supported bounds a
+// fused row chunk), the offset in 64, advanced by the stride (no 64-bit products).
 constexpr int kInFlight = 4;
 
 __global__ void __launch_bounds__(kMergeThreads, 2)
@@ -50,19 +52,21 @@ __global__ void __launch_bounds__(kMergeThreads, 2)
   __shared__ float sm[kMergeThreads], sd[kMergeThreads], sz[kMergeThreads];
   __shared__ bool other[kMergeThreads];
   const int block_rows = blockDim.x, slices = blockDim.y, me = threadIdx.y * block_rows + threadIdx.x;
-  const int i = static_cast<int>(blockIdx.x) * block_rows + static_cast<int>(threadIdx.x);
+  const int i = static_cast<int>(blockIdx.x) * block_rows + static_cast<int>(threadIdx.x);  // check_supported
   float m = -INFINITY, d = 0.0f, zs = 0.0f;
   bool off_ref = false;  // a partial with terms against another reference than row_ref[i]
   if (i < rows) {
     const float ref = row_ref ? row_ref[i] : 0.0f;
+    const int step = rows_pad * slices;  // from one of this thread's tiles to its next (check_supported)
+    int64_t at = rows_pad * threadIdx.y + i;
     for (int t0 = threadIdx.y; t0 < tiles; t0 += slices * kInFlight) {
       LsePair q[kInFlight];
       float z[kInFlight];
 #pragma unroll
-      for (int k = 0; k < kInFlight; ++k) {  // loads first, then the dependent merges
-        const int t = t0 + k * slices;
-        q[k] = t < tiles ? lse_partials[t * rows_pad + i] : LsePair{-INFINITY, 0.0f};
-        z[k] = t < tiles && sumz_partials ? sumz_partials[t * rows_pad + i] : 0.0f;
+      for (int k = 0; k < kInFlight; ++k, at += step) {  // loads first, then the dependent merges
+        const bool in = t0 + k * slices < tiles;
+        q[k] = in ? lse_partials[at] : LsePair{-INFINITY, 0.0f};
+        z[k] = in && sumz_partials ? sumz_partials[at] : 0.0f;
       }
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k) {
@@ -139,11 +143,6 @@ void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
                  float* row_ref, const CallEnd& end, cudaStream_t st) {
   if (rows <= 0) return;
-  // Indices in 32 bits (fewer registers, so two blocks an SM): a chunk's
-  // partials are far below 2^31 at any shape whose scratch fits a GPU.
-  if (rows_pad > INT32_MAX || tiles > INT32_MAX / rows_pad)
-    fail_usage("a row chunk of " + std::to_string(rows) + " rows over " + std::to_string(tiles) +
-               " vocabulary tiles has more than 2^31 statistics partials; use a smaller row_chunk");
   const int block_rows = merge_block_rows(rows);
   merge_stats_kernel<<<static_cast<unsigned>(merge_blocks(rows)), dim3(block_rows, kMergeThreads / block_rows), 0,
                        st>>>(lse_partials, sumz_partials, static_cast<int>(rows_pad), static_cast<int>(tiles), r0, static_cast<int>(rows), p, z_target, lse,

@@ -32,6 +32,9 @@ inline constexpr int merge_block_rows(int64_t rows) { return rows >= 4096 ? 32 :
 inline constexpr int64_t merge_blocks(int64_t rows) {
   return (rows + merge_block_rows(rows) - 1) / merge_block_rows(rows);
 }
+// The most (padded) rows a chunk may have: the merge keeps its rows and the
+// stride between a thread's tiles (rows × slices) in 32 bits.
+inline constexpr int64_t kMergeMaxRows = INT32_MAX / (kMergeThreads / 8);
 
 // The call's end in its merges, in place of count_targets and reduce_loss (two
 // one-block launches, 13 µs of GPT-2's 0.9 ms forward on the H100, ncu): every

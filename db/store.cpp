@@ -746,21 +746,42 @@ std::string dump_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+// Export's salvage of damaged text: each byte sequence that is not UTF-8, and
+// each control character, becomes '?' (one byte: a name stays within its
+// length rule, where U+FFFD's three bytes pushed one past it). True if any did.
+bool salvage_strings(nlohmann::json& j) {
+  bool changed = false;
+  if (j.is_string()) {
+    const std::string& text = j.get_ref<const std::string&>();
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+      const size_t n = utf8_sequence_length(text, i);
+      if (n == 0 || is_control(text, i, n)) {
+        out += '?', i += n ? n : 1, changed = true;
+      } else {
+        out.append(text, i, n), i += n;
+      }
+    }
+    if (changed) j = std::move(out);
+  } else if (j.is_structured()) {
+    for (auto& v : j) changed = salvage_strings(v) || changed;
+  }
+  return changed;
+}
+}  // namespace
+
 std::vector<std::string> export_jsonl(const Store& s, std::ostream& out) {
   // Every line is read back as import reads it before the first is written: an
   // export that import refuses is a backup that fails when it is needed (a
-  // stored median of −1 ms was exported, then refused). Text that is not UTF-8
-  // leaves dump_text replaced, and so passes; the caller is told which rows.
+  // stored median of −1 ms was exported, then refused). Damaged text (not
+  // UTF-8, control characters) is salvaged, and the caller told which rows.
   std::vector<std::string> lines, replaced;
   auto add = [&]<typename Row>(const Row& row, const char* kind) {
     nlohmann::json j = row;
     j["record"] = kind;
-    lines.push_back(dump_text(j));
-    try {
-      (void)j.dump();  // strict: throws where dump_text replaced
-    } catch (const nlohmann::json::type_error&) {
-      replaced.push_back(std::string(kind) + " " + row.device.name + " " + row.problem.key());
-    }
+    if (salvage_strings(j)) replaced.push_back(std::string(kind) + " " + row.device.name + " " + row.problem.key());
+    lines.push_back(j.dump());
     try {
       check_record(parse_json_strict(lines.back()).get<Row>());
     } catch (const nlohmann::json::exception& e) {

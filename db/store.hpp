@@ -111,8 +111,9 @@ std::string broken_best_note(const std::string& path, const BestEntry& b);
 
 // One JSON object per line: {"record":"best",…} or {"record":"measurement",…},
 // sorted, so that an export is a stable, reviewable text file. Returns the rows
-// ("best DEVICE KEY") whose text was not UTF-8, exported with U+FFFD in place of
-// each bad byte sequence (merge refuses such rows; export is how they are saved).
+// ("best DEVICE KEY") whose text was not UTF-8 or held control characters,
+// exported with '?' in place of each (merge refuses such rows; export is how
+// they are saved).
 std::vector<std::string> export_jsonl(const Store& s, std::ostream& out);
 
 // Error(usage) naming what is impossible in a record: a problem or config that

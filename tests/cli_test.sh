@@ -1135,9 +1135,15 @@ contains err 'x\x1b[2J' "the name is printed escaped"
 ! grep -q $'\x1b' "$tmp/out" "$tmp/err" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a raw ESC reached the terminal"; }
 # Not UTF-8 in a stored name: export replaces it and says so.
 cp "$tmp/m.sqlite" "$tmp/u8.sqlite"
-python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE devices SET name=CAST(x'ff41' AS TEXT)\"); c.commit()" "$tmp/u8.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE devices SET name=CAST(x'ff41efbfbf' AS TEXT)\"); c.commit()" "$tmp/u8.sqlite"
 expect 0 "export a name that is not UTF-8" -- "$celtune" db --db "$tmp/u8.sqlite" export -o "$tmp/u8.jsonl"
-contains err "not UTF-8, exported with U+FFFD" "the replacement is said"
+contains err "exported with '?' in place of each" "the replacement is said"
+expect 0 "the salvaged export imports" -- "$celtune" db --db "$tmp/u8-back.sqlite" import "$tmp/u8.jsonl"
+# C1 text stored before import refused it (or by another tool): salvaged alike.
+cp "$tmp/m.sqlite" "$tmp/c1db.sqlite"
+python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE devices SET name=CAST(x'78c29b79' AS TEXT)\"); c.commit()" "$tmp/c1db.sqlite"
+expect 0 "export a name holding U+009B" -- "$celtune" db --db "$tmp/c1db.sqlite" export -o "$tmp/c1db.jsonl"
+contains err "exported with '?' in place of each" "the C1 replacement is said"
 expect 0 "report a name that is not UTF-8" -- "$celtune" report --db "$tmp/u8.sqlite" -o "$tmp/u8-report"
 python3 -c "
 import glob, sys, xml.dom.minidom as m

@@ -59,9 +59,10 @@ void refuse_unsafe_db_name(const std::string& path) {
                ", which SQLite would delete or replay");
   // SQLite keeps "-journal" beside a new database while it writes the schema: a
   // longer name fails there.
-  if (fs::path(path).filename().string().size() + 8 > NAME_MAX && !fs::exists(path, ec))
-    fail_usage("a database's file name must be at most " + std::to_string(NAME_MAX - 8) +
-               " bytes, room for SQLite's \"-journal\" beside it: " + path);
+  if (const size_t limit = name_max(path);
+      fs::path(path).filename().string().size() + 8 > limit && !fs::exists(path, ec))
+    fail_usage("a database's file name must be at most " + std::to_string(limit - 8) +
+               " bytes here, room for SQLite's \"-journal\" beside it: " + path);
   // A link to a file not there yet: the new database was made beside it (its
   // summary printed), then its placing failed or went through the link as if
   // another process had made it meanwhile.
@@ -168,8 +169,8 @@ int do_list(const DbArgs& a) {
 // An export that changed text says so (db list marks such rows; merge refuses them).
 void warn_replaced(const std::vector<std::string>& rows) {
   if (rows.empty()) return;
-  write_warning(std::cerr, std::to_string(rows.size()) + " row(s) held text that is not UTF-8, exported with U+FFFD "
-                               "in place of each bad sequence (the first: " + rows.front() + ")");
+  write_warning(std::cerr, std::to_string(rows.size()) + " row(s) held text that is not UTF-8 or a control "
+                               "character, exported with '?' in place of each (the first: " + rows.front() + ")");
 }
 
 // Export never replaces what it should not: the database it reads or its

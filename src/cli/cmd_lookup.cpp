@@ -55,13 +55,14 @@ Action register_lookup(CLI::App& app) {
     std::vector<runtime::Resolved> resolved;
     for (const Problem& p : problems) resolved.push_back(resolver.resolve(p, a->config.empty() ? nullptr : a->config.c_str()));
     // Damage that shows only when rows are read (a page past the header, a
-    // schema that lies about itself) makes the resolver drop the database: after
-    // resolving, so the "searched" line says it, and a --db dropped is exit 3 too.
+    // schema that lies about itself), or a lock held past the busy timeout,
+    // makes the resolver drop the database: asked after resolving, so the
+    // "searched" line says it, and a --db dropped is exit 3 too.
     std::string dbs;
     for (const auto& [path, ok] : resolver.databases()) {
       dbs += (dbs.empty() ? "" : ", ") + path + (ok ? "" : " (unusable)");
       if (!ok && !a->db.empty() && path == a->db)
-        fail_env("database " + a->db + " is damaged (the warning above says how); lookup --db needs one it can read");
+        fail_env("database " + a->db + " is unusable (the warning above says why); lookup --db needs one it can read");
     }
     nlohmann::json out = nlohmann::json::array();
     for (size_t k = 0; k < problems.size(); ++k) {

@@ -86,13 +86,24 @@ mode_t new_file_mode() {
   return 0666 & ~mask;
 }
 
+size_t name_max(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  const long n = ::pathconf(parent.empty() ? "." : parent.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<size_t>(n) : NAME_MAX;
+}
+
 std::string temp_template(const std::string& path, size_t room) {
   const std::filesystem::path p(path);
-  std::string name = p.filename().string();
-  const size_t fits = NAME_MAX - room - 7;  // 7: ".XXXXXX"
-  if (name.size() <= fits) return path + ".XXXXXX";
-  name.resize(fits);
-  return (p.parent_path() / (name + ".XXXXXX")).string();
+  const std::string name = p.filename().string();
+  const size_t limit = name_max(path), suffix = 7;  // ".XXXXXX"
+  if (name.size() + suffix + room <= limit || limit < suffix + room + 1) return path + ".XXXXXX";
+  // Cut on a UTF-8 boundary (some file systems refuse other names), and where
+  // the name goes on with '.', separate with '~': the template then never
+  // spells the name itself, which mkstemp could otherwise create.
+  size_t cut = limit - room - suffix;
+  while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xc0) == 0x80) --cut;
+  const char sep = name[cut] == '.' ? '~' : '.';
+  return (p.parent_path() / (name.substr(0, cut) + sep + "XXXXXX")).string();
 }
 
 std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body) {

@@ -28,9 +28,12 @@ class Table {
 
 std::string fmt(const char* format, double v);  // printf-style for one number
 
+// The longest file name the folder of `path` takes (pathconf; NAME_MAX where
+// it does not say).
+size_t name_max(const std::string& path);
 // A mkstemp template for a temporary beside `path`: its name and ".XXXXXX",
 // the name cut short where the whole, and `room` bytes more (a suffix SQLite
-// adds), would pass NAME_MAX (a legal 250-byte name failed: too long).
+// adds), would pass name_max (a legal 250-byte name failed: too long).
 std::string temp_template(const std::string& path, size_t room);
 
 // Writes `path` atomically: `body` fills a temporary file beside it, which is

@@ -21,9 +21,12 @@ std::string esc(const std::string& s) {
     if (c == '<') o += "&lt;";
     else if (c == '>') o += "&gt;";
     else if (c == '&') o += "&amp;";
-    // An XML file is UTF-8 without control characters (but tab and newline): a
-    // device name holding ESC, or a byte 0xff, made the file unreadable to XML tools.
-    else if (n == 0 || is_control(s, i, n)) o += '?';
+    // An XML file is UTF-8 without control characters (but tab and newline) or
+    // U+FFFE and U+FFFF (EF BF BE, EF BF BF): a device name holding ESC, a byte
+    // 0xff or U+FFFF made the file unreadable to XML tools.
+    else if (n == 0 || is_control(s, i, n) ||
+             (n == 3 && s.compare(i, 2, "\xef\xbf") == 0 && static_cast<unsigned char>(s[i + 2]) >= 0xbe))
+      o += '?';
     else o.append(s, i, n);
     i += n ? n : 1;
   }

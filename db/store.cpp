@@ -753,17 +753,9 @@ namespace {
 bool salvage_strings(nlohmann::json& j) {
   bool changed = false;
   if (j.is_string()) {
-    const std::string& text = j.get_ref<const std::string&>();
-    std::string out;
-    for (size_t i = 0; i < text.size();) {
-      const size_t n = utf8_sequence_length(text, i);
-      if (n == 0 || is_control(text, i, n)) {
-        out += '?', i += n ? n : 1, changed = true;
-      } else {
-        out.append(text, i, n), i += n;
-      }
-    }
-    if (changed) j = std::move(out);
+    std::string text = unprintable_as(j.get_ref<const std::string&>(), '?');
+    changed = text != j.get_ref<const std::string&>();
+    if (changed) j = std::move(text);
   } else if (j.is_structured()) {
     for (auto& v : j) changed = salvage_strings(v) || changed;
   }

@@ -14,21 +14,20 @@ constexpr int kW = 900, kH = 520, kLeft = 90, kRight = 200, kTop = 60, kBottom =
 const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
 std::string esc(const std::string& s) {
+  // An XML file is UTF-8 without control characters (but tab and newline) or
+  // U+FFFE and U+FFFF: a device name holding ESC, a byte 0xff or U+FFFF made
+  // the file unreadable to XML tools. Once salvaged the text is UTF-8, so
+  // EF BF BE and EF BF BF can only be those two.
+  const std::string t = unprintable_as(s, '?');
   std::string o;
-  for (size_t i = 0; i < s.size();) {
-    const char c = s[i];
-    const size_t n = utf8_sequence_length(s, i);
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
     if (c == '<') o += "&lt;";
     else if (c == '>') o += "&gt;";
     else if (c == '&') o += "&amp;";
-    // An XML file is UTF-8 without control characters (but tab and newline) or
-    // U+FFFE and U+FFFF (EF BF BE, EF BF BF): a device name holding ESC, a byte
-    // 0xff or U+FFFF made the file unreadable to XML tools.
-    else if (n == 0 || is_control(s, i, n) ||
-             (n == 3 && s.compare(i, 2, "\xef\xbf") == 0 && static_cast<unsigned char>(s[i + 2]) >= 0xbe))
-      o += '?';
-    else o.append(s, i, n);
-    i += n ? n : 1;
+    else if (t.compare(i, 2, "\xef\xbf") == 0 && i + 2 < t.size() && static_cast<unsigned char>(t[i + 2]) >= 0xbe)
+      o += '?', i += 2;
+    else o += c;
   }
   return o;
 }

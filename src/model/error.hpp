@@ -61,6 +61,21 @@ inline bool is_control(std::string_view s, size_t i, size_t n) {
   return (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0);
 }
 
+// s with each byte sequence that is not UTF-8, and each control character, as
+// one `c`: text salvaged where it must stay text (export, SVG).
+inline std::string unprintable_as(std::string_view s, char c) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0 || is_control(s, i, n)) {
+      out += c, i += n ? n : 1;
+    } else {
+      out.append(s, i, n), i += n;
+    }
+  }
+  return out;
+}
+
 // A message as it is printed: messages echo what they were given (a flag's
 // value, a file's name, a database's text), so bytes that are not UTF-8 and
 // control characters other than newline and tab are written as \xNN, never raw

@@ -236,6 +236,27 @@ __device__ __forceinline__ float exp_shifted(float x, float shift) {
     return exp2_approx(fmaf(x, kLog2e, -shift));
 }
 
+// op over N values in four interleaved chains, then a tree over the four, in a
+// fixed order. One chain of N dependent max or add steps (the form the compiler
+// keeps: it may not reassociate them) had the fused ce kernel's warps stalled on
+// fixed-latency results a quarter of the time on the H200 (ncu "wait", V =
+// 256000, N = 8192, forward+backward, 24 warps an SM). A full tree keeps every
+// exponential live at once, which spilled the 64-register kernels.
+template <int N, typename Op>
+__device__ __forceinline__ float tree_reduce(const float (&x)[N], Op op) {
+  constexpr int kLanes = N < 4 ? N : 4;
+  float t[kLanes];
+#pragma unroll
+  for (int k = 0; k < kLanes; ++k) t[k] = x[k];
+#pragma unroll
+  for (int k = kLanes; k < N; ++k) t[k % kLanes] = op(t[k % kLanes], x[k]);
+#pragma unroll
+  for (int w = 1; w < kLanes; w *= 2)
+#pragma unroll
+    for (int k = 0; k + w < kLanes; k += 2 * w) t[k] = op(t[k], t[k + w]);
+  return t[0];
+}
+
 // The online update of a thread's (max m, sum-exp d, Σẑ) by one tile's values:
 // bias, softcap, then the fold. Elements k ≥ valid are masked (−inf). Branches on
 // the softcap and on label smoothing are taken once per tile, not per element.
@@ -243,7 +264,10 @@ __device__ __forceinline__ float exp_shifted(float x, float shift) {
 // checks once (block_partial). Σẑ is only needed under label smoothing.
 // kPlain: the caller has found no bias, softcap or label smoothing, so the tile
 // skips their tests and the bias's address (see plain_logits).
-template <typename T, int ELEMS, bool kPlain = false>
+// kTree: the max and the sum of exponentials as tree_reduce forms them, else as
+// chains. Wider tiles keep the chains: their trees spilled the 64-register
+// kernels, and each of their chains already has twice the independent work.
+template <typename T, int ELEMS, bool kPlain = false, bool kTree = (ELEMS <= 8)>
 __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int64_t valid, float (&x)[ELEMS], float& tm,
                                           float& td, float& tzs) {
   if constexpr (!kPlain) {
@@ -258,11 +282,13 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
   float lm = kNegInf;
 #pragma unroll
   for (int k = 0; k < ELEMS; ++k) {
-    if (k < valid)
-      lm = max_nan(lm, x[k]);
-    else
+    if (k < valid) {
+      if constexpr (!kTree) lm = max_nan(lm, x[k]);
+    } else {
       x[k] = kNegInf;  // softcap made the masked −inf finite again
+    }
   }
+  if constexpr (kTree) lm = tree_reduce(x, [](float a, float b) { return max_nan(a, b); });
   if (!kPlain && p.label_smoothing > 0.0f) {
 #pragma unroll
     for (int k = 0; k < ELEMS; ++k)
@@ -272,8 +298,15 @@ __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int6
   if (nm == kNegInf) return;
   const float shift = shift_of<T>(nm);
   float acc = 0.0f;
+  if constexpr (kTree) {
+    float e[ELEMS];
 #pragma unroll
-  for (int k = 0; k < ELEMS; ++k) acc += exp_shifted<T>(x[k], shift);  // masked: exp(−inf) = 0
+    for (int k = 0; k < ELEMS; ++k) e[k] = exp_shifted<T>(x[k], shift);  // masked: exp(−inf) = 0
+    acc = tree_reduce(e, [](float a, float b) { return a + b; });
+  } else {
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k) acc += exp_shifted<T>(x[k], shift);
+  }
   td = td * exp_shifted<float>(tm, nm) + acc;
   tm = nm;
 }
@@ -741,6 +774,13 @@ __global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const f
   grad_segment<T, 16>(v, p, lse, seg, splits);
 }
 
+// Tiles of 8 elements (the fused default's) go two at a time through the fused
+// kernel's shared-memory loops: both loads first, so one's latency hides under
+// the other's arithmetic (one tile at a time, each LDS stalled its warp before
+// the tile's first instruction: ncu "short scoreboard", H200). Wider tiles
+// already carry that much work, and pairs of 4 spilled at the 64 registers.
+template <int ELEMS>
+inline constexpr bool kPairs = ELEMS == 8;
 constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
 
 // The valid targets among the first `tokens` (count) and the first target outside
@@ -946,7 +986,27 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
       const int lo = k * static_cast<int>(piece), hi = min(n_held, lo + static_cast<int>(piece));
       if (lo >= hi) break;
       bar_wait(&bars[k], 0);
-      for (int i = lo + first_i; i < hi; i += step) {
+      int i = lo + first_i;
+      if constexpr (kPairs<ELEMS>) {
+        for (; i + step + ELEMS <= hi; i += 2 * step) {
+          Raw<T, ELEMS> r0, r1;
+          r0.load(cache + i);
+          r1.load(cache + i + step);
+          float x0[ELEMS], x1[ELEMS];
+          r0.to_float(x0);
+          r1.to_float(x1);
+          if constexpr (kPlain) {  // no column is read: fold the pair as one tile
+            float x[2 * ELEMS];
+#pragma unroll
+            for (int e = 0; e < ELEMS; ++e) x[e] = x0[e], x[ELEMS + e] = x1[e];
+            fold_tile<T, 2 * ELEMS, true, true>(p, 0, 2 * ELEMS, x, t.m, t.d, t.zs);
+          } else {
+            fold_tile<T, ELEMS>(p, v0 + b0 + i, ELEMS, x0, t.m, t.d, t.zs);
+            fold_tile<T, ELEMS>(p, v0 + b0 + i + step, ELEMS, x1, t.m, t.d, t.zs);
+          }
+        }
+      }
+      for (; i < hi; i += step) {
         float x[ELEMS];
         // Whole tiles with a constant count, so fold_tile compiles without its
         // per-element masks (a third of the loop's instructions).
@@ -1002,8 +1062,8 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     const GradOp<T, ELEMS> body(p, s_L, c, v0 + b0, y);
     // One sweep for an ignored token's zeros and one for the gradient, so the
     // gradient's loop carries neither the test nor the zeros' registers.
-    auto sweep = [&](auto form) {
-      for (int i = first_i; i < n_held; i += step) {
+    auto sweep = [&](int from, auto form) {
+      for (int i = from; i < n_held; i += step) {
         float x[ELEMS];
         const int valid = n_held - i;
         if (valid >= ELEMS) {  // whole tiles with a constant count, as in the fold
@@ -1022,14 +1082,33 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
       }
     };
     if (body.zero()) {
-      sweep([](int, float(&x)[ELEMS], int, bool) {
+      sweep(first_i, [](int, float(&x)[ELEMS], int, bool) {
 #pragma unroll
         for (int k = 0; k < ELEMS; ++k) x[k] = 0.0f;
       });
     } else {
       auto gradient = [&](auto bias, auto softcap) {
         constexpr bool kBias = decltype(bias)::value, kSoftcap = decltype(softcap)::value;
-        sweep([&](int i, float(&x)[ELEMS], int valid, bool whole) {
+        int from = first_i;
+        if constexpr (kPairs<ELEMS>) {
+          if (wide) {
+            for (; from + step + ELEMS <= n_held; from += 2 * step) {
+              Raw<T, ELEMS> r0, r1;
+              r0.load(cache + from);
+              r1.load(cache + from + step);
+              float x0[ELEMS], x1[ELEMS];
+              r0.to_float(x0);
+              r1.to_float(x1);
+              body.template nonzero<kBias, kSoftcap>(from, x0, ELEMS);
+              body.template nonzero<kBias, kSoftcap>(from + step, x1, ELEMS);
+              r0.from_float(x0);
+              r1.from_float(x1);
+              r0.store(orow + b0 + from);
+              r1.store(orow + b0 + from + step);
+            }
+          }
+        }
+        sweep(from, [&](int i, float(&x)[ELEMS], int valid, bool whole) {
           if (whole) {
             Raw<T, ELEMS> r;
             r.load(cache + i);

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] …
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/celtune-out}
@@ -281,6 +281,28 @@ for s in $steps; do
       done
       note "cetable: $(( $(date +%s) - t0 )) s"
       python3 scripts/ce_table.py "$OUT/cetable.csv" | tee "$OUT/cetable.txt"
+      ;;
+    ceprof)
+      # Where the ce kernels' time goes (ncu, clocks as found): time, DRAM, issue
+      # slots, instructions and the stall reasons of each kernel whose name
+      # matches CEPROF_KERNELS (default: the fused one), two launches after four
+      # warm-ups, at each of CEPROF_SHAPES (N,0,V) in CEPROF_MODE (default
+      # forward+backward). The thirty-ninth session's pairs and chains came from
+      # this profile's "wait" and "short scoreboard" stalls.
+      m=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__inst_executed.sum
+      m=$m,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
+      m=$m,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed
+      for r in barrier wait long_scoreboard short_scoreboard mio_throttle math_pipe_throttle not_selected selected no_instruction; do
+        m=$m,smsp__average_warp_latency_issue_stalled_$r.ratio
+      done
+      : >"$OUT/ceprof.txt"
+      for shape in ${CEPROF_SHAPES:-8192,0,256000 4096,0,50257 8192,0,128256}; do
+        echo "## $shape ${CEPROF_MODE:-fwdbwd}" >>"$OUT/ceprof.txt"
+        ncu --clock-control none -k regex:"${CEPROF_KERNELS:-cluster_kernel}" --launch-skip 4 --launch-count 2 \
+          --metrics "$m" $B/celtune bench --family ce --shape "$shape" --mode "${CEPROF_MODE:-fwdbwd}" --runs 20 \
+          >>"$OUT/ceprof.txt" 2>&1 || note "ceprof: ncu at $shape failed"
+      done
+      note "ceprof: $(grep -c gpu__time_duration "$OUT/ceprof.txt") kernels profiled"
       ;;
     cencu)
       # Kernel time (ncu, clocks as found) of the ce kernels at a few rows, spread

@@ -134,7 +134,10 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
 celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, celtune_stream stream);
 
 /* The config a call with these args would use (no kernel runs): its JSON and
- * its source tag (explicit, env, exact, nearest, same-arch, default). A buffer
+ * its source tag (explicit, env, exact, nearest, same-arch, default). An
+ * explicit or CELTUNE_CONFIG config the context's device cannot run is refused
+ * here as the call would refuse it (CELTUNE_ERROR_INVALID_ARGUMENT, the buffers
+ * untouched, celtune_last_error saying why). A buffer
  * too small for either (NUL included) returns CELTUNE_ERROR_BUFFER_TOO_SMALL,
  * the buffers hold a truncated, NUL-terminated prefix, and celtune_last_error
  * names the sizes needed. Either buffer may be NULL to skip it. */

@@ -68,17 +68,7 @@ Action register_lookup(CLI::App& app) {
     for (size_t k = 0; k < problems.size(); ++k) {
       const Problem& p = problems[k];
       const runtime::Resolved& r = resolved[k];
-      // A config from the call or CELTUNE_CONFIG is not checked against the
-      // device when it is resolved; the call then fails. Say so here, as the call
-      // would (a fused config on the CPU printed as if it would run).
-      if (r.source == runtime::Source::explicit_config || r.source == runtime::Source::env) {
-        try {
-          backend->check(p, r.config);
-        } catch (const Error& e) {
-          fail_usage(std::string(r.source == runtime::Source::env ? "CELTUNE_CONFIG" : "--config") + " cannot run " +
-                     p.key() + " on " + dev.name + ": " + e.what());
-        }
-      }
+      resolver.check_given(p, r, "--config");  // a fused config on the CPU printed as if it would run
       nlohmann::json j{{"problem", p.key()}, {"config", r.config}, {"tag", runtime::to_string(r.source)},
                        {"database", r.database}, {"skipped", r.skipped}};
       if (r.entry) j["entry"] = *r.entry;

@@ -140,7 +140,9 @@ template <typename Args>
 void report_config(celtune_context* ctx, const Args* args, Problem (*problem)(const Args&), char* json,
                    size_t json_size, char* tag, size_t tag_size) {
   if (!args) fail_usage("null args");
-  const runtime::Resolved r = ctx->resolver->resolve(problem(*args), args->config_json);
+  const Problem p = problem(*args);
+  const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
+  ctx->resolver->check_given(p, r, "config_json");  // as the call would refuse it
   // A truncated config would parse as something else or not at all: a buffer
   // too small is its own status, with the sizes needed in the message.
   const std::string t = runtime::to_string(r.source);

@@ -109,6 +109,14 @@ std::vector<std::pair<std::string, bool>> Resolver::databases() {
   return out;
 }
 
+void Resolver::check_given(const Problem& p, const Resolved& r, const std::string& given) const {
+  if (r.source != Source::explicit_config && r.source != Source::env) return;
+  if (!checks_.supports) return;
+  if (const std::string why = checks_.supports(p, r.config); !why.empty())
+    fail_usage((r.source == Source::env ? std::string("CELTUNE_CONFIG") : given) + " cannot run " + p.key() + " on " +
+               device_.name + ": " + why);
+}
+
 std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p, const std::string& db_path) {
   const KernelConfig& c = e.config;
   // Damage first: a row edited by hand or corrupted was skipped in silence

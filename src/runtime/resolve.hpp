@@ -72,6 +72,13 @@ class Resolver {
 
   // Throws Error(usage) for a malformed explicit or CELTUNE_CONFIG config.
   Resolved resolve(const Problem& p, const char* explicit_json);
+  // A config from the call or CELTUNE_CONFIG is taken as given when it is
+  // resolved: the kernel call refuses it if the device cannot run it. A report
+  // of the resolution (lookup, celtune_*_config, Python's explain) checks it
+  // here instead, so that it does not print as if it would run a config the
+  // call refuses: Error(usage) naming `given` (the explicit config's origin,
+  // e.g. "--config") or CELTUNE_CONFIG, the problem, the device and why.
+  void check_given(const Problem& p, const Resolved& r, const std::string& given) const;
   // The databases in lookup order, and whether each opened.
   std::vector<std::pair<std::string, bool>> databases();
 

@@ -278,8 +278,16 @@ def test_explain_sources(device, monkeypatch):
     e = ct.explain(x, w, t)
     assert e["family"] == "flce" and e["source"] in ("exact", "nearest", "same-arch", "default")
     assert "v_chunk" in e["config"]
-    e = ct.explain(x, w, t, config={"v_chunk": 32, "block_size": 32})
+    e = ct.explain(x, w, t, config={"v_chunk": 32, "block_size": 32, "threads": 32})
     assert e["source"] == "explicit" and e["config"]["v_chunk"] == 32
+    if device == "cpu":
+        # A config the device cannot run (impl fused, bf16: the sm_90 GPU path)
+        # is refused here as the call refuses it, not returned as the answer.
+        xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+        with pytest.raises(ct.CeltuneInvalidArgument, match="config_json cannot run .*impl fused is the sm_90"):
+            ct.explain(xb, wb, t, config={"impl": "fused"})
+        with pytest.raises(ct.CeltuneInvalidArgument, match="impl fused is the sm_90"):
+            ct.linear_cross_entropy(xb, wb, t, config={"impl": "fused"})
     monkeypatch.setenv("CELTUNE_CONFIG", '{"row_chunk": 8}')
     e = ct.explain(x @ w.T, None, t)
     assert e["family"] == "ce" and e["source"] == "env"

@@ -3,6 +3,7 @@
 // it is the same algorithm behind a conversion to and from the dtype.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -131,4 +132,37 @@ TEST_CASE("CPU context: ce in place, config lookup with tags, struct sizes for b
   CHECK(celtune_sizeof("celtune_loss_options") == sizeof(celtune_loss_options));
   CHECK(celtune_sizeof("nope") == 0);
   CHECK(celtune_sizeof(nullptr) == 0);
+}
+
+TEST_CASE("CPU context: a config the CPU cannot run is refused by the config query, as the call refuses it") {
+  // The query once returned status 0 and the fused config, tagged explicit (or
+  // env), and only the kernel call then failed: explain() and celtune lookup
+  // must not present as the answer a config that will not run.
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  celtune_flce_args a{};
+  a.tokens = 8, a.hidden = 16, a.vocab = 300, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.mode = CELTUNE_FORWARD_BACKWARD;
+  char json[512] = "untouched", tag[32] = "untouched";
+  a.config_json = "{\"impl\":\"fused\"}";
+  CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  std::string err = celtune_last_error(ctx);
+  CHECK(err.find("config_json cannot run flce:N8:H16:V300") != std::string::npos);
+  CHECK(err.find("impl fused") != std::string::npos);
+  CHECK(std::string(json) == "untouched");  // nothing written on refusal
+  CHECK(celtune_flce(ctx, &a, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  // The same config from the environment, named as such.
+  a.config_json = nullptr;
+  REQUIRE(::setenv("CELTUNE_CONFIG", "{\"impl\":\"fused\"}", 1) == 0);
+  CHECK(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  err = celtune_last_error(ctx);
+  ::unsetenv("CELTUNE_CONFIG");
+  CHECK(err.find("CELTUNE_CONFIG cannot run flce:N8:H16:V300") != std::string::npos);
+  // A config the CPU runs is still answered as given.
+  a.config_json = "{\"block_size\":512}";
+  REQUIRE(celtune_flce_config(ctx, &a, json, sizeof json, tag, sizeof tag) == CELTUNE_OK);
+  CHECK(std::string(tag) == "explicit");
+  CHECK(std::string(json).find("\"block_size\":512") != std::string::npos);
+  celtune_destroy(ctx);
 }

@@ -162,6 +162,9 @@ contains out "within --max-scratch 1.0 KiB: the least scratch a config of it nee
   --min-runs 3 --max-runs 3 >"$tmp/out" 2>"$tmp/err")
 [ $? -eq 3 ] && [ -z "$(ls "$tmp" | grep '^xfsz-new')" ] && passes=$((passes + 1)) \
   || { fails=$((fails + 1)); echo "FAIL: a tune cut short by a full disk left files"; ls "$tmp" | grep '^xfsz-new'; cat "$tmp/err"; }
+# ... and says so of the database it was given, not of its temporary name
+# ("database xfsz-new.sqlite.jiJYld: database or disk is full").
+contains err "database $tmp/xfsz-new.sqlite: " "a full disk is said of the new database's own name"
 expect 0 "the same new database, once there is room" -- "$celtune" tune --device cpu --shape 48,16,700 \
   --db "$tmp/xfsz-new.sqlite" --min-runs 3 --max-runs 3
 # Interrupted (SIGTERM; a background job ignores SIGINT, and so does celtune

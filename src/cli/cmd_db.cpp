@@ -241,22 +241,20 @@ void offer_and_report(const std::string& path, const db::Records& records,
     }
   };
   if (!fs::exists(path, ec)) {
-    NewDatabase fresh(path);
-    try {
-      offer(fresh.path(), "");  // closed at the end of the call: SQLite folds its WAL back in
-    } catch (const Error& e) {
-      // Said of the database the user named: a full disk read "database
-      // new.sqlite.7vY5lI: database or disk is full", a file they never saw.
-      std::string m = e.what();
-      for (size_t at = m.find(fresh.path()); at != std::string::npos; at = m.find(fresh.path(), at + path.size()))
-        m.replace(at, fresh.path().size(), path);
-      throw Error(e.status(), m);
+    const FolderTurn turn(path);  // another celtune creating `path` finishes first
+    if (!fs::exists(path, ec)) {
+      NewDatabase fresh(path);
+      try {
+        offer(fresh.path(), "");  // closed at the end of the call: SQLite folds its WAL back in
+      } catch (const Error& e) {
+        fresh.rethrow_as(e, path);
+      }
+      if (fresh.place(path, true)) return;
+      // Another program (not a celtune in its turn) took the name meanwhile: the
+      // line above did not happen; the records go into that database instead.
+      offer(path, "the line above did not happen: " + path + " was created by another process meanwhile; into it: ");
+      return;
     }
-    if (fresh.place(path, true)) return;
-    // The new database would have been the line above; the records go into the
-    // one that took its name, as into any existing database.
-    offer(path, path + " was created by another process meanwhile; into it: ");
-    return;
   }
   offer(path, "");
 }

@@ -1,5 +1,7 @@
 #include "new_database.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,9 +113,34 @@ bool NewDatabase::place(const std::string& final_path, bool exists_ok) {
   return true;
 }
 
+void NewDatabase::rethrow_as(const Error& e, const std::string& final_path) const {
+  std::string m = e.what();
+  for (size_t at = m.find(path_); at != std::string::npos; at = m.find(path_, at + final_path.size()))
+    m.replace(at, path_.size(), final_path);
+  throw Error(e.status(), m);
+}
+
+FolderTurn::FolderTurn(const std::string& final_path) {
+  const std::filesystem::path folder = std::filesystem::path(final_path).parent_path();
+  fd_ = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) return;
+  int rc;
+  do rc = ::flock(fd_, LOCK_EX);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) ::close(fd_), fd_ = -1;
+}
+
+FolderTurn::~FolderTurn() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
 bool create_database(const std::string& path) {
   NewDatabase fresh(path);
-  { db::Store s(fresh.path(), db::Access::read_write); }  // closed: SQLite folds its WAL back in
+  try {
+    db::Store s(fresh.path(), db::Access::read_write);  // closed at once: SQLite folds its WAL back in
+  } catch (const Error& e) {
+    fresh.rethrow_as(e, path);
+  }
   return fresh.place(path, true);
 }
 

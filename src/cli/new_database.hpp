@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "model/error.hpp"
+
 namespace celtune::cli {
 
 // A new database written under a temporary name beside `final_path` and
@@ -21,10 +23,32 @@ class NewDatabase {
   // there meanwhile (link fails on an existing name, where rename replaces it):
   // an error, or with `exists_ok` a false return (and ours is removed).
   bool place(const std::string& final_path, bool exists_ok = false);
+  // `e`, from writing the temporary database, said of `final_path`: a full disk
+  // read "database new.sqlite.7vY5lI: database or disk is full", a file the
+  // user never saw.
+  [[noreturn]] void rethrow_as(const Error& e, const std::string& final_path) const;
 
  private:
   std::string path_;
   bool released_ = false;
+};
+
+// Creators of a new database in one folder take turns: an exclusive flock on
+// the folder, held by the object. Two imports started together into one new
+// database each wrote it under a temporary name, and the one that lost the race
+// to place it had already printed a summary of its own copy, then discarded it.
+// With turns, the second finds the first's database and writes into it. Advisory
+// and best effort: where the folder cannot be opened or locked, none is taken
+// (place still never overwrites, so nothing is lost, only said twice).
+class FolderTurn {
+ public:
+  explicit FolderTurn(const std::string& final_path);
+  ~FolderTurn();
+  FolderTurn(const FolderTurn&) = delete;
+  FolderTurn& operator=(const FolderTurn&) = delete;
+
+ private:
+  int fd_ = -1;
 };
 
 // Creates the (empty) celtune database `path` whole, through NewDatabase: a

@@ -899,6 +899,11 @@ expect 0 "tune with a relative XDG_DATA_HOME" -- bash -c 'c=$(realpath "$0") && 
   "$celtune" "$tmp"
 [ ! -e "$tmp/rel" ] && [ -s "$tmp/home/.local/share/celtune/celtune.sqlite" ] && passes=$((passes + 1)) ||
   { fails=$((fails + 1)); echo "FAIL: a relative XDG_DATA_HOME placed the database"; }
+# A relative HOME likewise (it put the database under ./relhome, a different one
+# from every folder): with no absolute one, a writer needs --db (exit 3).
+expect 3 "tune with only a relative HOME" -- bash -c 'c=$(realpath "$0") && cd "$1" && env -u CELTUNE_DB   -u XDG_DATA_HOME HOME=relhome "$c" tune --device cpu --shape 8,16,200 --mode fwd --min-runs 3 --max-runs 3'   "$celtune" "$tmp"
+contains err "neither an absolute HOME nor an absolute XDG_DATA_HOME" "a relative HOME is said to be no HOME"
+[ ! -e "$tmp/relhome" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a relative HOME placed the database"; }
 expect 0 "lookup finds the user's database" -- env -u CELTUNE_DB XDG_DATA_HOME="$tmp/xdg" "$celtune" lookup --device cpu \
   --shape 8,16,200 --mode fwd --label-smoothing 0.1 --z-loss 1e-4
 contains out "exact" "lookup reads the user's database by default"

@@ -30,7 +30,7 @@ std::string default_db_path() {
   // A ./celtune.sqlite fallback was a file the runtime never reads (and, run
   // from beside libceltune, the shipped database): say what to set instead.
   if (user.empty())
-    fail_env("no database given, and neither HOME nor an absolute XDG_DATA_HOME is set to place the user's database; pass "
+    fail_env("no database given, and neither an absolute HOME nor an absolute XDG_DATA_HOME is set to place the user's database; pass "
              "--db FILE or set CELTUNE_DB");
   return user;
 }

@@ -938,6 +938,13 @@ contains err "--no-ce with --family ce leaves nothing to time" "bench says the f
 if grep -q "L2 flushed" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench on the CPU claims an L2 flush"; else passes=$((passes + 1)); fi
 # A bad --config is refused before anything is timed or printed.
 expect 2 "bench with a config that is not JSON" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20 --config '{bad'
+# One JSON object a --config: a value in brackets was split at its commas by the
+# argument parser (two configs timed from one array; an object cut in half).
+expect 2 "bench --config with a JSON array" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20 --no-unfused \
+  --config '[{"block_size":1024},{"block_size":2048}]'
+contains err "a config must be a JSON object" "an array is said to be no config"
+expect 2 "bench with two configs after one --config" -- "$celtune" bench --device cpu --shape 8,16,200 --runs 20 \
+  --no-unfused --config '{}' '{"block_size":512}'
 if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench printed progress before refusing its config"; else passes=$((passes + 1)); fi
 # Messages echo their input escaped: no raw invalid byte or escape sequence.
 expect 2 "an unknown preset with a 0xff byte and an escape sequence" -- \

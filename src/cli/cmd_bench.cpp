@@ -75,7 +75,11 @@ Action register_bench(CLI::App& app) {
   auto* sub = app.add_subcommand("bench", "Time celtune's kernels against the unfused path and the GEMM and "
                                           "bandwidth floors (CUDA events, L2 flushed, median/p20/p80)");
   sub->add_option("--device", a->device, "cpu or a CUDA ordinal (default: the first CUDA GPU, else cpu)");
-  sub->add_option("--config", a->configs, "Kernel config(s) as JSON to time (default: the built-in default)");
+  // One JSON object a --config (repeat it for several): as a list option it took
+  // more values after one flag, and CLI11 split a value in brackets at its
+  // commas, so '[{"block_size":1024,"v_chunk":8192}]' reached the parser cut.
+  sub->add_option("--config", a->configs, "Kernel config as JSON to time; repeat for several (default: the built-in default)")
+      ->allow_extra_args(false);
   sub->add_option("--runs", a->runs, "Timed runs per measurement, after warm-up (at least 20)")
       ->transform(whole_number("", 20, 10000))
       ->check(CLI::Range(20, 10000))

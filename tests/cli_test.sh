@@ -98,6 +98,11 @@ expect 2 "smoothing beyond a double" -- "$celtune" validate --device cpu --shape
 # dtype's overflow, not as a kernel's non-finite values.
 expect 1 "fp16 gradient beyond fp16" -- "$celtune" validate --device cpu --family ce --shape 7,0,2 --dtype fp16 --z-loss 1e5 --seed 7
 contains out "values overflow fp16" "the verdict names the dtype's range"
+# dX within fp16's range, but not dZ on the way to it: the plain path is as
+# non-finite as the kernel, and the verdict says so instead of blaming the kernel.
+expect 1 "fp16 dZ beyond fp16" -- "$celtune" validate --device cpu --shape 16,8,100 --dtype fp16 --z-loss 1e6 \
+  --seed 360723546
+contains out "the plain path in fp16 is non-finite at each of them too" "the verdict names the intermediate's overflow"
 expect 2 "flce with no hidden size" -- "$celtune" validate --device cpu --tokens 4 --vocab 100
 contains err "no hidden size: give --hidden" "the refusal names the missing flag, not a 0 nobody gave"
 expect 2 "shard beyond int" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 0/9223372036854775807 --db "$tmp/t.sqlite"

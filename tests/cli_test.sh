@@ -575,6 +575,20 @@ expect 3 "tune into a locked rollback-journal database" -- env CELTUNE_BUSY_TIME
   "$celtune" tune --device cpu --shape 8,16,200 --db "$tmp/rj.sqlite" --min-runs 3 --max-runs 3
 wait $locker
 [ "$before" = "$(md5sum <"$tmp/rj.sqlite")" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the locked database changed"; }
+# Creators of a new database take turns on a lock of its folder, within the same
+# deadline: a holder that never lets go (a writer stopped with Ctrl-Z) delays a
+# new database by the wait, then it goes ahead without a turn.
+mkdir -p "$tmp/turn" && rm -f "$tmp/turn-held"
+python3 -c "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)
+open(sys.argv[2], 'w').close(); time.sleep(6)" "$tmp/turn" "$tmp/turn-held" &
+turner=$!
+for _ in $(seq 100); do [ -e "$tmp/turn-held" ] && break; sleep 0.05; done
+start=$(date +%s%N)
+expect 0 "import into a new database while its folder's turn is held" -- env CELTUNE_BUSY_TIMEOUT_MS=400 \
+  "$celtune" db --db "$tmp/turn/new.sqlite" import "$tmp/faster.jsonl"
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ "$elapsed_ms" -lt 3000 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a held folder turn stalled a new database $elapsed_ms ms for a 400 ms wait"; }
+kill $turner 2>/dev/null; wait $turner 2>/dev/null
 # A reader inside a transaction on a rollback-journal database when an import
 # commits: the COMMIT waits for it (the summary, printed before the commit so
 # that one which cannot be written rolls back, comes once) and the rows arrive.

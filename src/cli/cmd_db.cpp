@@ -249,10 +249,23 @@ void offer_and_report(const std::string& path, const db::Records& records,
       } catch (const Error& e) {
         fresh.rethrow_as(e, path);
       }
-      if (fresh.place(path, true)) return;
-      // Another program (not a celtune in its turn) took the name meanwhile: the
-      // line above did not happen; the records go into that database instead.
-      offer(path, "the line above did not happen: " + path + " was created by another process meanwhile; into it: ");
+      // From here the summary is out: an error retracts it.
+      const std::string retract = "the line above did not happen: ";
+      bool placed = false;
+      try {
+        placed = fresh.place(path, true);
+      } catch (const Error& e) {
+        throw Error(e.status(), retract + e.what());
+      }
+      if (placed) return;
+      // Another program took the name meanwhile (not a celtune in its turn, or
+      // no turn was had in time): the records go into that database instead,
+      // and a failure there says so too.
+      try {
+        offer(path, retract + path + " was created by another process meanwhile; into it: ");
+      } catch (const Error& e) {
+        throw Error(e.status(), retract + e.what());
+      }
       return;
     }
   }

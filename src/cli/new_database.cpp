@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "db/paths.hpp"
 #include "db/store.hpp"
@@ -95,8 +97,8 @@ bool NewDatabase::place(const std::string& final_path, bool exists_ok) {
   std::error_code ec;
   for (const char* suffix : {"-wal", "-journal"})
     if (std::filesystem::file_size(path_ + suffix, ec) > 0 && !ec)
-      fail_env("the new database " + path_ + " was closed with its " + std::string(suffix + 1) +
-               " file still holding changes; nothing was written to " + final_path);
+      fail_env("the new database " + final_path + " was closed with its " + std::string(suffix + 1) +
+               " file still holding changes; nothing was written to it");
   if (::link(path_.c_str(), final_path.c_str()) != 0) {
     // A file system without hard links (vfat, some network mounts): rename,
     // after checking the name is still free (a narrower guard, the same end).
@@ -124,10 +126,17 @@ FolderTurn::FolderTurn(const std::string& final_path) {
   const std::filesystem::path folder = std::filesystem::path(final_path).parent_path();
   fd_ = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd_ < 0) return;
-  int rc;
-  do rc = ::flock(fd_, LOCK_EX);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0) ::close(fd_), fd_ = -1;
+  // Polled within the database wait (CELTUNE_BUSY_TIMEOUT_MS), never blocked on:
+  // a writer stopped with Ctrl-Z while it held the turn would otherwise hold up
+  // every new database in the folder. Past the wait, go on without a turn.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(db::busy_timeout_ms());
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= deadline) {
+      ::close(fd_), fd_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 FolderTurn::~FolderTurn() {
@@ -135,6 +144,7 @@ FolderTurn::~FolderTurn() {
 }
 
 bool create_database(const std::string& path) {
+  const FolderTurn turn(path);  // an import creating `path` meanwhile then finds it, as it would find any
   NewDatabase fresh(path);
   try {
     db::Store s(fresh.path(), db::Access::read_write);  // closed at once: SQLite folds its WAL back in

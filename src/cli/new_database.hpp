@@ -33,13 +33,16 @@ class NewDatabase {
   bool released_ = false;
 };
 
-// Creators of a new database in one folder take turns: an exclusive flock on
-// the folder, held by the object. Two imports started together into one new
-// database each wrote it under a temporary name, and the one that lost the race
-// to place it had already printed a summary of its own copy, then discarded it.
-// With turns, the second finds the first's database and writes into it. Advisory
-// and best effort: where the folder cannot be opened or locked, none is taken
-// (place still never overwrites, so nothing is lost, only said twice).
+// Creators of new databases in one folder (import, merge, tune) take turns: an
+// exclusive flock on the folder, held by the object, so any two of them wait
+// for each other, whatever the names. Two imports started together into one
+// new database each wrote it under a temporary name, and the one that lost the
+// race to place it had already printed a summary of its own copy, then
+// discarded it. With turns, the second finds the first's database and writes
+// into it. Advisory and best effort: the wait is CELTUNE_BUSY_TIMEOUT_MS, and
+// where the folder cannot be opened or locked in time, none is taken (place
+// still never overwrites, so nothing is lost; the summary says its first line
+// did not happen).
 class FolderTurn {
  public:
   explicit FolderTurn(const std::string& final_path);

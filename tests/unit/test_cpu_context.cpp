@@ -151,7 +151,18 @@ TEST_CASE("CPU context: a config the CPU cannot run is refused by the config que
   CHECK(err.find("config_json cannot run flce:N8:H16:V300") != std::string::npos);
   CHECK(err.find("impl fused") != std::string::npos);
   CHECK(std::string(json) == "untouched");  // nothing written on refusal
+  // The call, with every buffer it needs (so that the config is what it refuses).
+  std::vector<uint16_t> x(8 * 16, 0x3f80), w(300 * 16, 0x3f80), dx(x.size()), dw(w.size());  // bf16 1.0
+  std::vector<int64_t> y(8, 1);
+  std::vector<float> tl(8), lse(8);
+  float g = 1.0f, loss = 0.0f;
+  int64_t bad = 0;
+  a.x = x.data(), a.w = w.data(), a.targets = y.data(), a.grad_scale = &g, a.loss = &loss;
+  a.token_loss = tl.data(), a.lse = lse.data(), a.dx = dx.data(), a.dw = dw.data(), a.bad_target = &bad;
   CHECK(celtune_flce(ctx, &a, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("impl fused") != std::string::npos);
+  a.config_json = nullptr;
+  REQUIRE(celtune_flce(ctx, &a, nullptr) == CELTUNE_OK);  // the same buffers run the default
   // The same config from the environment, named as such.
   a.config_json = nullptr;
   REQUIRE(::setenv("CELTUNE_CONFIG", "{\"impl\":\"fused\"}", 1) == 0);

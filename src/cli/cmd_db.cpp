@@ -251,17 +251,10 @@ void offer_and_report(const std::string& path, const db::Records& records,
       }
       // From here the summary is out: an error retracts it.
       const std::string retract = "the line above did not happen: ";
-      bool placed = false;
       try {
-        placed = fresh.place(path, true);
-      } catch (const Error& e) {
-        throw Error(e.status(), retract + e.what());
-      }
-      if (placed) return;
-      // Another program took the name meanwhile (not a celtune in its turn, or
-      // no turn was had in time): the records go into that database instead,
-      // and a failure there says so too.
-      try {
+        if (fresh.place(path, true)) return;
+        // Another program took the name meanwhile (not a celtune in its turn,
+        // or no turn was had in time): the records go into that database.
         offer(path, retract + path + " was created by another process meanwhile; into it: ");
       } catch (const Error& e) {
         throw Error(e.status(), retract + e.what());

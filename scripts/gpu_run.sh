@@ -3,8 +3,18 @@
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
 #   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] …
+#   GPU_NAME=H200  run nothing (exit 0, saying so) unless nvidia-smi's name for
+#                  the GPU contains it: a call named nvidia-h200 may be given an
+#                  H100, and an H200 re-tune run there would be the H100's.
 set -u
 cd "$(dirname "$0")/.."
+if [ -n "${GPU_NAME:-}" ]; then
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  case "$gpu_name" in
+    *"$GPU_NAME"*) ;;
+    *) echo "gpu_run: this is '${gpu_name:-no GPU}', not an $GPU_NAME: nothing run"; exit 0 ;;
+  esac
+fi
 OUT=${OUT:-/tmp/celtune-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}

@@ -133,6 +133,18 @@ void celtune_destroy(celtune_context* ctx);
 celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream);
 celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, celtune_stream stream);
 
+/* dst[i] = src[i] * (*scale) for the n elements of dtype at src: the product in
+ * fp32, rounded once to the dtype (to nearest even), on the context's device and
+ * stream. dst may equal src. For gradients a call computed with grad_scale 1,
+ * scaled afterwards by an upstream gradient known only then (the Python
+ * package's backward for mean and sum): a 16-bit tensor times a CUDA fp32 scalar
+ * is PyTorch's slow mixed-dtype path. scale, like dst and src, is device memory
+ * (host memory for a CPU context, where the call returns when dst is written).
+ * n == 0 does nothing; n < 0, a null pointer (n > 0) or n elements past
+ * INT64_MAX bytes: CELTUNE_ERROR_INVALID_ARGUMENT. */
+celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, int64_t n, celtune_dtype dtype,
+                             const float* scale, celtune_stream stream);
+
 /* The config a call with these args would use (no kernel runs): its JSON and
  * its source tag (explicit, env, exact, nearest, same-arch, default). An
  * explicit or CELTUNE_CONFIG config the context's device cannot run is refused

@@ -92,6 +92,7 @@ def _load(path: Path) -> ctypes.CDLL:
         f.argtypes = [c_void_p, POINTER(a), c_void_p]
     for f, a in ((L.celtune_flce_config, FlceArgs), (L.celtune_ce_config, CeArgs)):
         f.argtypes = [c_void_p, POINTER(a), c_char_p, c_size_t, c_char_p, c_size_t]
+    L.celtune_scale.argtypes = [c_void_p, c_void_p, c_void_p, c_int64, c_int, c_void_p, c_void_p]
     L.celtune_last_error.argtypes = [c_void_p]
     L.celtune_last_error.restype = c_char_p
     L.celtune_version.restype = c_char_p
@@ -141,6 +142,11 @@ class Context:
 
     def flce(self, args: FlceArgs, stream: int = 0) -> None:
         self._check(lib().celtune_flce(self.handle, ctypes.byref(args), c_void_p(stream or None)))
+
+    def scale(self, dst: int, src: int, n: int, dtype: int, scale: int, stream: int = 0) -> None:
+        """dst = src * (*scale), n elements of dtype (celtune_scale); raw pointers."""
+        self._check(lib().celtune_scale(self.handle, c_void_p(dst), c_void_p(src), n, dtype, c_void_p(scale),
+                                        c_void_p(stream or None)))
 
     def ce(self, args: CeArgs, stream: int = 0) -> None:
         self._check(lib().celtune_ce(self.handle, ctypes.byref(args), c_void_p(stream or None)))

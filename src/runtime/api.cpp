@@ -34,6 +34,7 @@
 
 #include "kernels/cuda_backend.hpp"
 #include "kernels/flce/flce.hpp"
+#include "kernels/scale.hpp"
 #endif
 
 using namespace celtune;
@@ -429,6 +430,31 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
     a.grad_tokens = args->grad_tokens, a.loss = args->loss, a.token_loss = args->token_loss, a.lse = args->lse;
     a.dz = args->dz, a.bad_target = args->bad_target;
     cuda::run_ce(device_context(ctx), p, r.config, a, static_cast<cudaStream_t>(stream));
+#else
+    (void)stream;
+    fail_env("this build of libceltune has no CUDA backend");
+#endif
+  });
+}
+
+celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, int64_t n, celtune_dtype dtype,
+                             const float* scale, celtune_stream stream) {
+  return guarded(ctx, [&] {
+    const DType t = checked_enum<DType>(dtype, 3, "dtype");
+    if (n < 0) fail_usage("celtune_scale: n must be >= 0, got " + std::to_string(n));
+    if (n > INT64_MAX / static_cast<int64_t>(dtype_bytes(t)))
+      fail_usage("celtune_scale: " + std::to_string(n) + " elements overflow a byte count");
+    if (n == 0) return;
+    if (!dst || !src || !scale) fail_usage("celtune_scale: null dst, src or scale");
+    if (ctx->cpu) {
+      std::vector<float> v = read_host(src, static_cast<size_t>(n), t, "src");
+      for (float& x : v) x *= *scale;
+      write_host(dst, v, t, "dst");  // rounds each product to the dtype
+      return;
+    }
+#ifdef CELTUNE_HAVE_CUDA
+    device_context(ctx);  // the current device is the context's
+    cuda::scale(dst, src, n, t, scale, static_cast<cudaStream_t>(stream));
 #else
     (void)stream;
     fail_env("this build of libceltune has no CUDA backend");

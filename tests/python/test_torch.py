@@ -191,6 +191,41 @@ def test_backward_twice_with_retain_graph(device):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_upstream_gradient_scales_as_torch_would(device, dtype):
+    # Mean and sum compute their gradients in the forward with an upstream
+    # gradient of 1; backward multiplies them by the real one (celtune_scale):
+    # the product in fp32, rounded once. Not (t * g).to(t.dtype): on CUDA that
+    # rounds g to t's dtype first (0.37 becomes 0.369140625 in bf16, every
+    # gradient 0.2% off). The 4097-element bias and odd sizes give the CUDA
+    # kernel a ragged tail after its 16-byte vectors, and a misaligned one, off
+    # a view.
+    x, w, b, t = make(device, dtype, N=37, H=24, V=4097, bias=True, seed=3)
+    for scale in (0.37, -3.0, 1.0):
+        grads = []
+        for g in (1.0, scale):
+            for a in (x, w, b):
+                a.grad = None
+            (ct.linear_cross_entropy(x, w, t, b) * g).backward()
+            grads.append([a.grad.clone() for a in (x, w, b)])
+        g = torch.tensor(scale, device=device)
+        for one, scaled in zip(*grads):
+            assert scaled.dtype == dtype and torch.equal(scaled, (one.float() * g).to(dtype))
+    z = (torch.randn(9, 4097, device=device) * 2).to(dtype).requires_grad_()
+    tz = torch.randint(0, 4097, (9,), device=device)
+    ct.cross_entropy(z, tz, reduction="sum").backward()
+    one = z.grad.clone()
+    z.grad = None
+    (ct.cross_entropy(z, tz, reduction="sum") * 0.37).backward()
+    assert torch.equal(z.grad, (one.float() * torch.tensor(0.37, device=device)).to(dtype))
+    # The kernel itself on a view that starts 2 bytes past the 16-byte grid.
+    base = torch.randn(4101, device=device).to(dtype)
+    view = base[1:]
+    assert torch.equal(torch.ops.celtune.scale(view, torch.tensor(-0.3, device=device)),
+                       (view.float() * torch.tensor(-0.3, device=device)).to(dtype))
+
+
+@pytest.mark.parametrize("device", devices())
 def test_double_backward_refused(device):
     x, w, _, t = make(device, torch.float32)
     loss = ct.linear_cross_entropy(x, w, t)

@@ -177,3 +177,41 @@ TEST_CASE("CPU context: a config the CPU cannot run is refused by the config que
   CHECK(std::string(json).find("\"block_size\":512") != std::string::npos);
   celtune_destroy(ctx);
 }
+
+TEST_CASE("celtune_scale on a CPU context: the product in fp32, rounded once to the dtype; bad arguments refused") {
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  const std::vector<float> v = {1.0f, -2.5f, 3.1415926f, 65504.0f, 1e-7f, -0.0f, 0.3f};
+  const float g = 0.37f;
+  for (const DType t : {DType::bf16, DType::fp16}) {
+    CAPTURE(to_string(t));
+    const auto src = to_bits(v, t);
+    std::vector<uint16_t> dst(src.size(), 0xffff);
+    REQUIRE(celtune_scale(ctx, dst.data(), src.data(), static_cast<int64_t>(src.size()),
+                          t == DType::bf16 ? CELTUNE_BF16 : CELTUNE_FP16, &g, nullptr) == CELTUNE_OK);
+    const auto back = from_bits(src, t);
+    for (size_t k = 0; k < src.size(); ++k) CHECK(dst[k] == to_bits({back[k] * g}, t)[0]);
+    // fp16's 65504 · 0.37 stays finite; in place gives the same bits.
+    auto inplace = src;
+    REQUIRE(celtune_scale(ctx, inplace.data(), inplace.data(), static_cast<int64_t>(src.size()),
+                          t == DType::bf16 ? CELTUNE_BF16 : CELTUNE_FP16, &g, nullptr) == CELTUNE_OK);
+    CHECK(inplace == dst);
+  }
+  std::vector<float> f = v, out(v.size());
+  REQUIRE(celtune_scale(ctx, out.data(), f.data(), static_cast<int64_t>(f.size()), CELTUNE_FP32, &g, nullptr) ==
+          CELTUNE_OK);
+  for (size_t k = 0; k < f.size(); ++k) CHECK(out[k] == f[k] * g);
+  // Nothing to do: no pointer is needed. Refused: n < 0, a null pointer, a byte
+  // count past INT64_MAX, a dtype outside the enum.
+  CHECK(celtune_scale(ctx, nullptr, nullptr, 0, CELTUNE_BF16, nullptr, nullptr) == CELTUNE_OK);
+  CHECK(celtune_scale(ctx, out.data(), f.data(), -1, CELTUNE_FP32, &g, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("n must be >= 0") != std::string::npos);
+  CHECK(celtune_scale(ctx, out.data(), f.data(), 3, CELTUNE_FP32, nullptr, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(celtune_scale(ctx, out.data(), f.data(), INT64_MAX / 2, CELTUNE_FP32, &g, nullptr) ==
+        CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("overflow") != std::string::npos);
+  CHECK(celtune_scale(ctx, out.data(), f.data(), 3, static_cast<celtune_dtype>(7), &g, nullptr) ==
+        CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(celtune_scale(nullptr, out.data(), f.data(), 3, CELTUNE_FP32, &g, nullptr) != CELTUNE_OK);
+  celtune_destroy(ctx);
+}

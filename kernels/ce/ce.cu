@@ -265,8 +265,10 @@ __device__ __forceinline__ float tree_reduce(const float (&x)[N], Op op) {
 // kPlain: the caller has found no bias, softcap or label smoothing, so the tile
 // skips their tests and the bias's address (see plain_logits).
 // kTree: the max and the sum of exponentials as tree_reduce forms them, else as
-// chains. Wider tiles keep the chains: their trees spilled the 64-register
-// kernels, and each of their chains already has twice the independent work.
+// chains. Wider tiles keep the chains by default: their trees spilled the
+// 64-register kernels, and each of their chains already has twice the
+// independent work. The fused kernel's pair of 8-element tiles asks for the
+// tree at 16 (kPairs): there it fits.
 template <typename T, int ELEMS, bool kPlain = false, bool kTree = (ELEMS <= 8)>
 __device__ __forceinline__ void fold_tile(const LossParams& p, int64_t col, int64_t valid, float (&x)[ELEMS], float& tm,
                                           float& td, float& tzs) {
@@ -781,14 +783,24 @@ __global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const f
 // already carry that much work, and pairs of 4 spilled at the 64 registers.
 template <int ELEMS>
 inline constexpr bool kPairs = ELEMS == 8;
+// Two of a thread's tiles, `step` elements apart in shared memory, widened; both
+// loads issue before either value is used.
+template <typename T, int ELEMS>
+__device__ __forceinline__ void load_pair(const T* at, int step, float (&x0)[ELEMS], float (&x1)[ELEMS]) {
+  Raw<T, ELEMS> r0, r1;
+  r0.load(at);
+  r1.load(at + step);
+  r0.to_float(x0);
+  r1.to_float(x1);
+}
 constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
 
 // The valid targets among the first `tokens` (count) and the first target outside
 // [0, V) that is not ignore_index (bad, −1 if none), over the whole block; valid
 // in thread 0.
-// Token i's part of that count: c counts it if valid, b takes i if out of range.
-__device__ __forceinline__ void count_target(const LossParams& p, int64_t i, long long& c, long long& b) {
-  const int64_t y = target_of(p, i);
+// Token i's part of that count (y its target): c counts it if valid, b takes i
+// if out of range.
+__device__ __forceinline__ void count_target(const LossParams& p, int64_t i, int64_t y, long long& c, long long& b) {
   if (y == p.ignore_index) return;
   if (y < 0 || y >= p.vocab) {
     b = min(b, static_cast<long long>(i));
@@ -801,18 +813,47 @@ __device__ __forceinline__ void block_targets(long long c, long long b, int64_t&
   const long long first = block_reduce(b, [](long long x, long long y) { return min(x, y); }, (long long)INT64_MAX);
   bad = first == INT64_MAX ? -1 : first;
 }
+// use(i, load(i)) for this thread's i = threadIdx.x, + blockDim.x, … < n, in
+// that order, with the loads of kBatch steps issued before their uses. The
+// kernels of one block of 1024 threads that only count and reduce
+// (count_targets, reduce_loss, count_reduce) take kSweepBatch: one load at a
+// time, each a round trip to L2 or DRAM before the next, was 32 in a row a
+// thread at 32768 rows, and in batches ce forward at 32768 × 32000 took 0.506
+// ms against 0.514 (H200, docs/results.md, fortieth session). The ce kernels'
+// own finishes keep batches of one: their sweeps are short, and batches raised
+// the split-row kernels' registers (part_kernel_64 spilled at 8).
+constexpr int kSweepBatch = 4;
+template <int kBatch, class Load, class Use>
+__device__ __forceinline__ void block_sweep(int64_t n, Load load, Use use) {
+  const int64_t stride = blockDim.x;
+  int64_t i = threadIdx.x;
+  if constexpr (kBatch > 1) {
+    for (; i + (kBatch - 1) * stride < n; i += kBatch * stride) {
+      decltype(load(i)) v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) v[k] = load(i + k * stride);
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) use(i + k * stride, v[k]);
+    }
+  }
+  for (; i < n; i += stride) use(i, load(i));
+}
+
+template <int kBatch = 1>
 __device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t tokens, int64_t& count,
                                                     int64_t& bad) {
   long long c = 0, b = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) count_target(p, i, c, b);
+  block_sweep<kBatch>(
+      tokens, [&](int64_t i) { return target_of(p, i); }, [&](int64_t i, int64_t y) { count_target(p, i, y, c, b); });
   block_targets(c, b, count, bad);
 }
 
 // loss from the token losses (mean: over n valid targets, 0 when none); thread 0.
 // Read through L2 (ld.cg): in the one launch, other blocks wrote them just now.
+template <int kBatch = 1>
 __device__ __forceinline__ float block_loss(const float* token_loss, int64_t tokens, Reduction red, int64_t n) {
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) acc += __ldcg(token_loss + i);
+  block_sweep<kBatch>(tokens, [&](int64_t i) { return __ldcg(token_loss + i); }, [&](int64_t, float l) { acc += l; });
   return reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), red, n);
 }
 
@@ -828,14 +869,21 @@ __device__ __forceinline__ void finish_call(const TileView& v, const LossParams&
 // them) and their token losses reduced (the loss, as reduced_loss), in one sweep
 // by the whole block: valid in thread 0. Read through L2: in a call's own
 // launch, other blocks wrote the losses just now.
+template <int kBatch = 1>
 __device__ __forceinline__ float count_and_reduce_block(const LossParams& p, const float* token_loss, int64_t tokens,
                                                         int64_t& count, int64_t& bad) {
   long long c = 0, b = INT64_MAX;
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) {
-    acc += __ldcg(token_loss + i);
-    count_target(p, i, c, b);
-  }
+  struct Token {
+    float loss;
+    int64_t y;
+  };
+  block_sweep<kBatch>(
+      tokens, [&](int64_t i) { return Token{__ldcg(token_loss + i), target_of(p, i)}; },
+      [&](int64_t i, Token t) {
+        acc += t.loss;
+        count_target(p, i, t.y, c, b);
+      });
   block_targets(c, b, count, bad);
   return reduced_loss(block_reduce(acc, [](float x, float y) { return x + y; }, 0.0f), p.reduction, count);
 }
@@ -989,12 +1037,8 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
       int i = lo + first_i;
       if constexpr (kPairs<ELEMS>) {
         for (; i + step + ELEMS <= hi; i += 2 * step) {
-          Raw<T, ELEMS> r0, r1;
-          r0.load(cache + i);
-          r1.load(cache + i + step);
           float x0[ELEMS], x1[ELEMS];
-          r0.to_float(x0);
-          r1.to_float(x1);
+          load_pair<T, ELEMS>(cache + i, step, x0, x1);
           if constexpr (kPlain) {  // no column is read: fold the pair as one tile
             float x[2 * ELEMS];
 #pragma unroll
@@ -1093,14 +1137,11 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
         if constexpr (kPairs<ELEMS>) {
           if (wide) {
             for (; from + step + ELEMS <= n_held; from += 2 * step) {
-              Raw<T, ELEMS> r0, r1;
-              r0.load(cache + from);
-              r1.load(cache + from + step);
               float x0[ELEMS], x1[ELEMS];
-              r0.to_float(x0);
-              r1.to_float(x1);
+              load_pair<T, ELEMS>(cache + from, step, x0, x1);
               body.template nonzero<kBias, kSoftcap>(from, x0, ELEMS);
               body.template nonzero<kBias, kSoftcap>(from + step, x1, ELEMS);
+              Raw<T, ELEMS> r0, r1;
               r0.from_float(x0);
               r1.from_float(x1);
               r0.store(orow + b0 + from);
@@ -1361,7 +1402,7 @@ __global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows
 __global__ void count_reduce_kernel(LossParams p, const float* token_loss, int64_t tokens, int64_t* n_valid,
                                     int64_t* bad_index, float* loss) {
   int64_t count, bad;
-  const float total = count_and_reduce_block(p, token_loss, tokens, count, bad);
+  const float total = count_and_reduce_block<kSweepBatch>(p, token_loss, tokens, count, bad);
   if (threadIdx.x == 0) *n_valid = count, *bad_index = bad, *loss = total;
 }
 
@@ -1418,13 +1459,13 @@ Fn pick(DType t, int i, const Fn (&f32)[kNumElems], const Fn (&b16)[kNumElems], 
 
 __global__ void count_targets_kernel(LossParams p, int64_t tokens, int64_t* n_valid, int64_t* bad_index) {
   int64_t count, bad;
-  block_count_targets(p, tokens, count, bad);
+  block_count_targets<kSweepBatch>(p, tokens, count, bad);
   if (threadIdx.x == 0) *n_valid = count, *bad_index = bad;
 }
 
 __global__ void reduce_loss_kernel(const float* token_loss, int64_t tokens, Reduction red, const int64_t* n_valid,
                                    float* loss) {
-  const float total = block_loss(token_loss, tokens, red, red == Reduction::mean ? *n_valid : 0);
+  const float total = block_loss<kSweepBatch>(token_loss, tokens, red, red == Reduction::mean ? *n_valid : 0);
   if (threadIdx.x == 0) *loss = total;
 }
 

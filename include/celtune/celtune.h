@@ -135,10 +135,11 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
 
 /* dst[i] = src[i] * (*scale) for the n elements of dtype at src: the product in
  * fp32, rounded once to the dtype (to nearest even), on the context's device and
- * stream. dst may equal src. For gradients a call computed with grad_scale 1,
- * scaled afterwards by an upstream gradient known only then (the Python
- * package's backward for mean and sum): a 16-bit tensor times a CUDA fp32 scalar
- * is PyTorch's slow mixed-dtype path. scale, like dst and src, is device memory
+ * stream. dst may equal src (in place) but may not overlap it otherwise. For
+ * gradients a call computed with grad_scale 1, scaled afterwards by an upstream
+ * gradient known only then (the Python package's backward for mean and sum): a
+ * 16-bit tensor times a CUDA fp32 scalar is PyTorch's slow mixed-dtype path,
+ * which also rounds the scalar first. scale, like dst and src, is device memory
  * (host memory for a CPU context, where the call returns when dst is written).
  * n == 0 does nothing; n < 0, a null pointer (n > 0) or n elements past
  * INT64_MAX bytes: CELTUNE_ERROR_INVALID_ARGUMENT. */

@@ -335,7 +335,7 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
 @torch.library.custom_op("celtune::scale", mutates_args=())
 def _scale(t: Tensor, g: Tensor) -> Tensor:
     src = t.contiguous()
-    out = torch.empty_like(src)
+    out = torch.empty_like(src, memory_format=torch.contiguous_format)  # as the fake's, whatever src's strides
     if src.numel():
         g = g.to(device=src.device, dtype=torch.float32).contiguous()
         code = _dtype_code(src, "gradient")

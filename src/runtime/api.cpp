@@ -447,9 +447,18 @@ celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, i
     if (n == 0) return;
     if (!dst || !src || !scale) fail_usage("celtune_scale: null dst, src or scale");
     if (ctx->cpu) {
-      std::vector<float> v = read_host(src, static_cast<size_t>(n), t, "src");
-      for (float& x : v) x *= *scale;
-      write_host(dst, v, t, "dst");  // rounds each product to the dtype
+      // Element by element, no copy: dst may be src (each element is read
+      // before it is written), and n may be past what a vector can hold.
+      const float g = *scale;
+      if (t == DType::fp32) {
+        for (int64_t k = 0; k < n; ++k) static_cast<float*>(dst)[k] = static_cast<const float*>(src)[k] * g;
+        return;
+      }
+      const auto* in = static_cast<const uint16_t*>(src);
+      auto* out = static_cast<uint16_t*>(dst);
+      for (int64_t k = 0; k < n; ++k)
+        out[k] = t == DType::bf16 ? float_to_bf16_bits(bf16_bits_to_float(in[k]) * g)
+                                  : float_to_fp16_bits(fp16_bits_to_float(in[k]) * g);
       return;
     }
 #ifdef CELTUNE_HAVE_CUDA

@@ -218,11 +218,39 @@ def test_upstream_gradient_scales_as_torch_would(device, dtype):
     z.grad = None
     (ct.cross_entropy(z, tz, reduction="sum") * 0.37).backward()
     assert torch.equal(z.grad, (one.float() * torch.tensor(0.37, device=device)).to(dtype))
-    # The kernel itself on a view that starts 2 bytes past the 16-byte grid.
+    # The kernel itself on a view that starts one element (2 or 4 bytes) past
+    # the 16-byte grid.
     base = torch.randn(4101, device=device).to(dtype)
     view = base[1:]
     assert torch.equal(torch.ops.celtune.scale(view, torch.tensor(-0.3, device=device)),
                        (view.float() * torch.tensor(-0.3, device=device)).to(dtype))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_scale_kernel_edges(device):
+    # celtune_scale itself, through the binding: every dtype (fp16 never reaches
+    # it from the autograd paths), fewer elements than one 16-byte vector, a
+    # ragged tail, src and dst off the 16-byte grid by the same element count
+    # (and by different ones), and in place; bit for bit the fp32 product
+    # rounded once.
+    def scale(dst, src, g):
+        ct._run(lambda c, _, stream: c.scale(dst.data_ptr(), src.data_ptr(), src.numel(), ct._dtype_code(src, "t"),
+                                            g.data_ptr(), stream), ct._device_index(src.device), None)
+
+    g = torch.tensor(-0.37, device=device)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        base = (torch.randn(4200, device=device) * 3).to(dtype)
+        for n in (1, 3, 7, 8, 9, 31, 4097):
+            for so, do in ((0, 0), (1, 1), (3, 3), (0, 1), (2, 0)):
+                src = base[so:so + n]
+                out = torch.full((4200,), float("nan"), device=device, dtype=dtype)
+                scale(out[do:do + n], src, g)
+                want = (src.float() * g).to(dtype)
+                assert torch.equal(out[do:do + n], want), (dtype, n, so, do)
+                assert out[:do].isnan().all() and out[do + n:].isnan().all()  # nothing written outside
+            inplace = base[1:1 + n].clone()
+            scale(inplace, inplace, g)
+            assert torch.equal(inplace, (base[1:1 + n].float() * g).to(dtype))
 
 
 @pytest.mark.parametrize("device", devices())

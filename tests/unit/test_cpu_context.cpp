@@ -212,6 +212,11 @@ TEST_CASE("celtune_scale on a CPU context: the product in fp32, rounded once to 
   CHECK(std::string(celtune_last_error(ctx)).find("overflow") != std::string::npos);
   CHECK(celtune_scale(ctx, out.data(), f.data(), 3, static_cast<celtune_dtype>(7), &g, nullptr) ==
         CELTUNE_ERROR_INVALID_ARGUMENT);
-  CHECK(celtune_scale(nullptr, out.data(), f.data(), 3, CELTUNE_FP32, &g, nullptr) != CELTUNE_OK);
+  CHECK(celtune_scale(ctx, nullptr, nullptr, 0, static_cast<celtune_dtype>(7), nullptr, nullptr) ==
+        CELTUNE_ERROR_INVALID_ARGUMENT);  // the dtype is checked before n == 0 returns
+  CHECK(celtune_scale(ctx, nullptr, f.data(), 3, CELTUNE_FP32, &g, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(celtune_scale(ctx, out.data(), nullptr, 3, CELTUNE_FP32, &g, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("null") != std::string::npos);
+  CHECK(celtune_scale(nullptr, out.data(), f.data(), 3, CELTUNE_FP32, &g, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
   celtune_destroy(ctx);
 }

@@ -192,7 +192,7 @@ def test_backward_twice_with_retain_graph(device):
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_upstream_gradient_scales_as_torch_would(device, dtype):
+def test_upstream_gradient_scales_in_fp32(device, dtype):
     # Mean and sum compute their gradients in the forward with an upstream
     # gradient of 1; backward multiplies them by the real one (celtune_scale):
     # the product in fp32, rounded once. Not (t * g).to(t.dtype): on CUDA that

@@ -52,6 +52,14 @@ inline float fp16_bits_to_float(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
+// A 16-bit dtype's (bf16 or fp16) bits as a float, and a float rounded to them.
+inline float half_bits_to_float(DType t, uint16_t b) {
+  return t == DType::bf16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
+}
+inline uint16_t float_to_half_bits(DType t, float f) {
+  return t == DType::bf16 ? float_to_bf16_bits(f) : float_to_fp16_bits(f);
+}
+
 // The float nearest to v that the dtype can represent.
 inline float round_to(DType t, float v) {
   switch (t) {

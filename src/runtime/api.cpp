@@ -178,7 +178,7 @@ std::vector<float> read_host(const void* ptr, size_t n, DType t, const char* wha
     std::memcpy(v.data(), ptr, n * sizeof(float));
   } else {
     const auto* bits = static_cast<const uint16_t*>(ptr);
-    for (size_t k = 0; k < n; ++k) v[k] = t == DType::bf16 ? bf16_bits_to_float(bits[k]) : fp16_bits_to_float(bits[k]);
+    for (size_t k = 0; k < n; ++k) v[k] = half_bits_to_float(t, bits[k]);
   }
   return v;
 }
@@ -192,7 +192,7 @@ void write_host(void* ptr, const std::vector<float>& v, DType t, const char* wha
     return;
   }
   auto* bits = static_cast<uint16_t*>(ptr);
-  for (size_t k = 0; k < v.size(); ++k) bits[k] = t == DType::bf16 ? float_to_bf16_bits(v[k]) : float_to_fp16_bits(v[k]);
+  for (size_t k = 0; k < v.size(); ++k) bits[k] = float_to_half_bits(t, v[k]);
 }
 
 // Targets, the upstream gradients and n_valid. A target outside [0, V) that
@@ -456,9 +456,7 @@ celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, i
       }
       const auto* in = static_cast<const uint16_t*>(src);
       auto* out = static_cast<uint16_t*>(dst);
-      for (int64_t k = 0; k < n; ++k)
-        out[k] = t == DType::bf16 ? float_to_bf16_bits(bf16_bits_to_float(in[k]) * g)
-                                  : float_to_fp16_bits(fp16_bits_to_float(in[k]) * g);
+      for (int64_t k = 0; k < n; ++k) out[k] = float_to_half_bits(t, half_bits_to_float(t, in[k]) * g);
       return;
     }
 #ifdef CELTUNE_HAVE_CUDA

@@ -19,12 +19,12 @@ namespace {
 
 std::vector<uint16_t> to_bits(const std::vector<float>& v, DType t) {
   std::vector<uint16_t> b(v.size());
-  for (size_t k = 0; k < v.size(); ++k) b[k] = t == DType::bf16 ? float_to_bf16_bits(v[k]) : float_to_fp16_bits(v[k]);
+  for (size_t k = 0; k < v.size(); ++k) b[k] = float_to_half_bits(t, v[k]);
   return b;
 }
 std::vector<float> from_bits(const std::vector<uint16_t>& b, DType t) {
   std::vector<float> v(b.size());
-  for (size_t k = 0; k < b.size(); ++k) v[k] = t == DType::bf16 ? bf16_bits_to_float(b[k]) : fp16_bits_to_float(b[k]);
+  for (size_t k = 0; k < b.size(); ++k) v[k] = half_bits_to_float(t, b[k]);
   return v;
 }
 

@@ -44,7 +44,7 @@ class Buffer {
 std::vector<uint16_t> to_half_bits(const std::vector<float>& v, DType t) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i)
-    out[i] = t == DType::bf16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+    out[i] = float_to_half_bits(t, v[i]);
   return out;
 }
 
@@ -69,7 +69,7 @@ std::vector<float> download(const Buffer& b, size_t n, DType t) {
   }
   std::vector<uint16_t> bits(n);
   CELTUNE_CUDA(cudaMemcpy(bits.data(), b.get(), n * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; ++i) out[i] = t == DType::bf16 ? bf16_bits_to_float(bits[i]) : fp16_bits_to_float(bits[i]);
+  for (size_t i = 0; i < n; ++i) out[i] = half_bits_to_float(t, bits[i]);
   return out;
 }
 

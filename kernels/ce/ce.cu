@@ -795,24 +795,6 @@ __device__ __forceinline__ void load_pair(const T* at, int step, float (&x0)[ELE
 }
 constexpr int kPieces = 4;  // bulk copies per segment: the fold starts when the first lands
 
-// The valid targets among the first `tokens` (count) and the first target outside
-// [0, V) that is not ignore_index (bad, −1 if none), over the whole block; valid
-// in thread 0.
-// Token i's part of that count (y its target): c counts it if valid, b takes i
-// if out of range.
-__device__ __forceinline__ void count_target(const LossParams& p, int64_t i, int64_t y, long long& c, long long& b) {
-  if (y == p.ignore_index) return;
-  if (y < 0 || y >= p.vocab) {
-    b = min(b, static_cast<long long>(i));
-    return;
-  }
-  ++c;
-}
-__device__ __forceinline__ void block_targets(long long c, long long b, int64_t& count, int64_t& bad) {
-  count = block_reduce(c, [](long long x, long long y) { return x + y; }, 0ll);
-  const long long first = block_reduce(b, [](long long x, long long y) { return min(x, y); }, (long long)INT64_MAX);
-  bad = first == INT64_MAX ? -1 : first;
-}
 // use(i, load(i)) for this thread's i = threadIdx.x, + blockDim.x, … < n, in
 // that order, with the loads of kBatch steps issued before their uses. The
 // kernels of one block of 1024 threads that only count and reduce
@@ -839,6 +821,24 @@ __device__ __forceinline__ void block_sweep(int64_t n, Load load, Use use) {
   for (; i < n; i += stride) use(i, load(i));
 }
 
+// Token i's part of block_count_targets' count (below; y its target): c counts it
+// if valid, b takes i if out of range.
+__device__ __forceinline__ void count_target(const LossParams& p, int64_t i, int64_t y, long long& c, long long& b) {
+  if (y == p.ignore_index) return;
+  if (y < 0 || y >= p.vocab) {
+    b = min(b, static_cast<long long>(i));
+    return;
+  }
+  ++c;
+}
+__device__ __forceinline__ void block_targets(long long c, long long b, int64_t& count, int64_t& bad) {
+  count = block_reduce(c, [](long long x, long long y) { return x + y; }, 0ll);
+  const long long first = block_reduce(b, [](long long x, long long y) { return min(x, y); }, (long long)INT64_MAX);
+  bad = first == INT64_MAX ? -1 : first;
+}
+// The valid targets among the first `tokens` (count) and the first target outside
+// [0, V) that is not ignore_index (bad, −1 if none), over the whole block; valid
+// in thread 0.
 template <int kBatch = 1>
 __device__ __forceinline__ void block_count_targets(const LossParams& p, int64_t tokens, int64_t& count,
                                                     int64_t& bad) {
@@ -1485,8 +1485,18 @@ __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_s
 }
 
 template <typename T>
+__device__ void scale_row(T* line, int64_t cols, float a) {
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) line[j] = Conv<T>::from(scaled_by(a, Conv<T>::to(line[j])));
+}
+
+template <typename T>
 __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
-                                      int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp) {
+                                      int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp, RowsToScale after) {
+  if (blockIdx.x >= v.rows) {  // the blocks past the chunk's rows: scale_rows' work on `after`
+    const int64_t k = blockIdx.x - v.rows;
+    scale_row(static_cast<T*>(after.m) + k * after.cols, after.cols, after.row_scale[k]);
+    return;
+  }
   const int64_t i = blockIdx.x, row = v.r0 + i;
   const int64_t y = target_of(p, row);
   const float c = token_scale(p, row, y);  // 0 for an ignored or invalid target
@@ -1525,9 +1535,7 @@ __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse
 
 template <typename T>
 __global__ void scale_rows_kernel(T* m, int64_t cols, const float* row_scale) {
-  const float a = row_scale[blockIdx.x];
-  T* line = m + int64_t{blockIdx.x} * cols;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) line[j] = Conv<T>::from(scaled_by(a, Conv<T>::to(line[j])));
+  scale_row(m + int64_t{blockIdx.x} * cols, cols, row_scale[blockIdx.x]);
 }
 
 template <typename T>
@@ -1811,15 +1819,18 @@ void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, con
 // One block a row: the rows of a chunk are a few thousand, each a few thousand
 // elements (hidden), a few MB in all next to the GEMMs' hundreds.
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
-                    int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, cudaStream_t st) {
+                    int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, const RowsToScale& after,
+                    cudaStream_t st) {
   // bf16 only (sm90_scaled_dz, variants.hpp: fp16 cannot hold q).
   if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
   if ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0))
     fail_usage("the scaled dZ path takes a softcap or the partials of sampled references");
-  if (v.rows == 0) return;
-  scaled_dz_rows_kernel<<<static_cast<unsigned>(v.rows), 256, 0, st>>>(
+  const int64_t blocks = v.rows + (after.cols > 0 ? after.rows : 0);
+  if (blocks == 0) return;
+  if (blocks > INT32_MAX) fail_usage("scaled_dz_rows: more rows than a grid holds");
+  scaled_dz_rows_kernel<<<static_cast<unsigned>(blocks), 256, 0, st>>>(
       v, p, lse, z_target, static_cast<const __nv_bfloat16*>(x), hidden, static_cast<__nv_bfloat16*>(x_scaled),
-      row_scale, ref);
+      row_scale, ref, after);
   CELTUNE_LAUNCHED();
 }
 

@@ -165,14 +165,22 @@ void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, con
 // becomes dZ_iy / a_i, its p − 1 taken in fp32 from z_target (ẑ at the target,
 // indexed like lse) as flce-math.md asks; and x_scaled[i] = a_i·x[i] in the input
 // dtype (0 where a_i = 0), the B operand of dW = qᵀ·diag(a)·X. x and x_scaled are
-// [rows, hidden], this chunk's rows.
+// [rows, hidden], this chunk's rows. The same launch scales `after` (scale_rows'
+// work on the previous chunk's dX, whose GEMM has run by then): a launch and a
+// kernel boundary fewer a chunk.
 struct RefPartials {
   const float* pairs = nullptr;  // the GEMM's (m, d) partials, [tiles][rows_pad]; null: m_i = s
   int64_t rows_pad = 0;
   int block_n = 0;  // columns a partial covers
 };
+struct RowsToScale {  // m[i, :] *= row_scale[i] for i < rows (none when rows = 0)
+  void* m = nullptr;
+  int64_t rows = 0, cols = 0;
+  const float* row_scale = nullptr;
+};
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
-                    int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, cudaStream_t st);
+                    int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, const RowsToScale& after,
+                    cudaStream_t st);
 
 // m[i, :] *= row_scale[i] for a row-major [rows, cols] matrix of dtype t, 0 where
 // the scale is 0 (an ignored row's dX, whatever its q held).

@@ -35,13 +35,14 @@
 // persistent GEMM, in place (or on cuBLASLt, as the config's dw_kernel says).
 // In bf16 without label smoothing (sm90_scaled_dz) there is no dZ pass: the GEMM
 // stores q = exp(ẑ − m_i)·g, dZ up to a row factor a_i (ce_epilogue.cuh), against
-// the softcap (m_i = s) or, without one, a reference per row taken before the
-// GEMM from the logits of kSm90RefSamples columns spread over V (a small cuBLASLt
-// GEMM into the tile, then sample_ref). A kernel a row (scaled_dz_rows) writes
-// a_i, rescales the rare row whose tiles took their own max, patches the
-// target's element and scales X by a_i into dX's rows, for dW = qᵀ·(a·X); dX's
-// GEMM then overwrites them, and dX = a·(q·W) takes its factor after it
-// (scale_rows). The dZ pass read and wrote 1 GB a 1024-row chunk at Gemma-2-2B,
+// the softcap (m_i = s) or, without one, a reference per row taken once before
+// the first chunk from the logits of kSm90RefSamples columns spread over V (a
+// small cuBLASLt GEMM into the tile, then sample_ref). A kernel a row
+// (scaled_dz_rows) writes a_i, rescales the rare row whose tiles took their own
+// max, patches the target's element and scales X by a_i into dX's rows, for
+// dW = qᵀ·(a·X); dX's GEMM then overwrites them, and dX = a·(q·W) takes its
+// factor in the next chunk's scaled_dz_rows launch (scale_rows after the last).
+// A chunk so runs five kernels: logits GEMM, merge, scaled_dz_rows, dW, dX. The dZ pass read and wrote 1 GB a 1024-row chunk at Gemma-2-2B,
 // 0.5 GB (0.19 ms on the H100) at Llama-3-8B. Two passes: the
 // statistics-only GEMM over all of V gives the final LSE first, so pass 1 stores
 // nothing; pass 2 as above.
@@ -106,8 +107,11 @@ struct Layout {
   int ce_splits = 1;
   bool ce_cluster = false, ce_spread = false, ce_one_launch = false, ce_split = false;
   // scaled_dz: the scaled X goes to dX's rows of the chunk until dX's GEMM
-  // overwrites them, and row_scale holds each row's sampled reference (no
-  // softcap) until scaled_dz_rows writes a_i there, so neither costs scratch.
+  // overwrites them, and the call's sampled references (no softcap) wait in the
+  // LSE output until each chunk's merge, so neither costs scratch. row_scale
+  // holds two chunks' rows, a chunk's references from its merge and then its a_i
+  // from scaled_dz_rows: chunk k's dX is scaled in chunk k + 1's scaled_dz_rows
+  // launch, after chunk k + 1's merge has written its own half.
   size_t state, counters, tile, dx, dw, db, z_target, lse_part, row_scale, sumz_part, ce_parts, ws, ws_bytes, total;
   // fused: the merge blocks' slots for the call's end (sm90::CallEnd), and their count.
   size_t end_loss, end_count, end_bad;
@@ -164,7 +168,7 @@ struct Layout {
     const size_t parts = static_cast<size_t>(part_rows * part_tiles);
     z_target = take(fused ? static_cast<size_t>(N) * 4 : 0);
     lse_part = take(parts * sizeof(sm90::LsePair));
-    row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 4 : 0);
+    row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 2 * 4 : 0);
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
     if (fused)
@@ -397,8 +401,13 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       ctx.gemm(gemm_shape(GemmRole::logits, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(a.x, r0 * H, bytes),
                at_mut(tile, q.c0, bytes), 0.0f, st, ws, algo(GemmRole::logits));
   };
-  // scaled_dz: each row's factor a_i (and before it, without a softcap, its reference).
-  float* row_scale = L.scaled_dz ? reinterpret_cast<float*>(base + L.row_scale) : nullptr;
+  // scaled_dz: each row's factor a_i (and before it, without a softcap, its
+  // reference), in two halves of rc rows that the chunks take in turn (Layout).
+  float* row_scale_base = L.scaled_dz ? reinterpret_cast<float*>(base + L.row_scale) : nullptr;
+  int64_t chunk_index = 0;  // of the chunk being run: its half of row_scale
+  auto row_scale_of = [&](int64_t k) { return row_scale_base && k >= 0 ? row_scale_base + (k % 2) * L.rc : nullptr; };
+  // Without a softcap, the rows' references: sampled before the first chunk (below).
+  const bool sampled = L.scaled_dz && sm90_sampled_ref(p.loss.softcap);
   // fused: the logits GEMM over all of V with the statistics in its epilogue
   // (storing the tile when `store`; the thread holding each row's target column
   // writes its logit), then the merge: the rows' LSE and token loss are final
@@ -418,21 +427,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     g.targets = static_cast<const char*>(lp.targets) + r0 * (lp.targets_i64 ? 8 : 4), g.targets_i64 = lp.targets_i64;
     g.z_target = z_target + r0;
     g.scaled_dz = store && L.scaled_dz;
-    float* refs = g.scaled_dz && sm90_sampled_ref(p.loss.softcap) ? row_scale : nullptr;
-    if (refs) {
-      // The rows' references, from their logits at columns 0, stride, 2·stride, …
-      // (written into the tile, which the logits GEMM then overwrites). Their rows
-      // lie kSm90RefSamples apart even where V is smaller: a leading dimension of
-      // V elements (V = 100: 200 bytes) is not 16-byte aligned, and cuBLASLt may
-      // then have no algorithm. ld_vc ≥ 128 leaves the room.
-      const int64_t samples = std::min<int64_t>(kSm90RefSamples, L.V), stride = L.V / samples;
-      const int64_t ld = kSm90RefSamples;
-      const cudaDataType_t ty = cuda_type(p.dtype);
-      const GemmShape shape{ty, ty, true, false, samples, rows, H, stride * H, H, ld};
-      ctx.gemm(shape, a.w, g.x, tile, 0.0f, st, ws, nullptr);
-      sm90::sample_ref(p.dtype, tile, static_cast<int>(samples), ld, stride, lp.bias, rows, refs, st);
-      g.row_ref = refs;
-    }
+    const float* refs = g.scaled_dz && sampled ? a.lse + r0 : nullptr;  // the rows' references (above)
+    g.row_ref = refs;
     // The forward alone: only the loss and the LSE come out, and no dZ is formed
     // from them here (the two-pass backward's first pass forms dZ against this LSE,
     // so it keeps the exact softcap). Gemma-2-2B's forward, timed in rounds with
@@ -449,12 +445,14 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     end.done = end.last ? ctx.ce_counters() : nullptr;
     end.n_valid = run.one.n_valid, end.bad = run.one.bad, end.loss = a.loss;
     sm90::merge_stats(lse_part, sumz_part, sm90_partial_rows(lv, rows), L.part_tiles, r0, rows, sp, z_target, a.lse,
-                      a.token_loss, refs, end, st);
+                      a.token_loss, refs, refs ? row_scale_of(chunk_index) : nullptr, end, st);
   };
   // GEMMs 2 and 3 and db, from a dZ tile, or (scaled_dz) from q with the row
   // factors and the scaled X that scaled_dz_rows wrote into dX's rows: dW first,
-  // then dX's GEMM overwrites them.
+  // then dX's GEMM overwrites them (and the next chunk's scaled_dz_rows, or
+  // scale_rows after the last, multiplies them by a_i).
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
+    float* row_scale = row_scale_of(chunk_index);
     const bool first_v = v0 == 0, first_r = r0 == 0;
     const void* x_rows = L.scaled_dz ? at(a.dx, r0 * H, bytes) : at(a.x, r0 * H, bytes);
     {  // dW[C] (+)= dZᵀ·X[R]:  col-major dWᵀ[H, cols] = X[R]ᵀ-view[H, rows] · dZ[rows, cols]
@@ -476,14 +474,34 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
         ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
                  d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
-      if (L.scaled_dz) scale_rows(d, p.dtype, rows, H, row_scale, st);  // one pass: d is dX[R] itself
     }
     if (L.db_acc)
       column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st,
                   L.scaled_dz ? row_scale : nullptr);
   };
 
-  int64_t r0 = 0;
+  // Without a softcap, the rows' references (variants.hpp), all before the first
+  // chunk and kept in the LSE output until each chunk's merge reads them: from
+  // the logits of kSm90RefSamples columns spread over V (a small cuBLASLt GEMM
+  // into the tile, which the logits GEMM overwrites later; as many rows a GEMM as
+  // the tile holds), then sample_ref. Their rows lie kSm90RefSamples apart even
+  // where V is smaller: a leading dimension of V elements (V = 100: 200 bytes) is
+  // not 16-byte aligned, and cuBLASLt may then have no algorithm. ld_vc ≥ 128
+  // leaves the room. One GEMM and one sample_ref a call, not a chunk: two
+  // launches and their boundaries fewer a chunk.
+  if (sampled) {
+    const int64_t samples = std::min<int64_t>(kSm90RefSamples, L.V), stride = L.V / samples;
+    const int64_t ld = kSm90RefSamples;
+    const int64_t pass = std::min<int64_t>(L.rc * L.ld_vc / ld, INT32_MAX);  // ≥ rc: ld_vc ≥ ld
+    const cudaDataType_t ty = cuda_type(p.dtype);
+    for (int64_t r0 = 0; r0 < L.N; r0 += pass) {
+      const int64_t rows = std::min(pass, L.N - r0);
+      const GemmShape shape{ty, ty, true, false, samples, rows, H, stride * H, H, ld};
+      ctx.gemm(shape, a.w, at(a.x, r0 * H, bytes), tile, 0.0f, st, ws, nullptr);
+      sm90::sample_ref(p.dtype, tile, static_cast<int>(samples), ld, stride, lp.bias, rows, a.lse + r0, st);
+    }
+  }
+  int64_t r0 = 0, prev_rows = 0;  // scaled_dz: the previous chunk's, whose dX waits for its a_i
   for (const int64_t rows : L.chunk_rows) {
     if (L.fused) {
       // Forward, or the two-pass backward's first pass: statistics only. One pass:
@@ -498,8 +516,9 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
             ref.rows_pad = sm90_partial_rows(logits_variant(c), rows);
             ref.block_n = kSm90LogitsBlockN[logits_variant(c)];
           }
+          const RowsToScale prev{at_mut(a.dx, (r0 - prev_rows) * H, bytes), prev_rows, H, row_scale_of(chunk_index - 1)};
           scaled_dz_rows(all, lp, a.lse, reinterpret_cast<const float*>(base + L.z_target), at(a.x, r0 * H, bytes), H,
-                         at_mut(a.dx, r0 * H, bytes), row_scale, ref, st);
+                         at_mut(a.dx, r0 * H, bytes), row_scale_of(chunk_index), ref, prev, st);
         } else {
           ce_grad(all, lp, a.lse, launch, st);
         }
@@ -523,8 +542,9 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       }
       if (L.dx_acc) convert_from_f32(dx_acc, at_mut(a.dx, r0 * H, bytes), p.dtype, rows * H, st);
     }
-    r0 += rows;
+    r0 += rows, prev_rows = rows, ++chunk_index;
   }
+  if (L.scaled_dz) scale_rows(at_mut(a.dx, (r0 - prev_rows) * H, bytes), p.dtype, prev_rows, H, row_scale_of(chunk_index - 1), st);
   if (L.dw_acc) convert_from_f32(dw_acc, a.dw, p.dtype, L.V * H, st);
   if (L.db_acc) convert_from_f32(db_acc, a.db, p.dtype, L.V, st);
   if (!L.fused) reduce_loss(a.token_loss, L.N, lp, a.loss, st);  // fused: the last merge did

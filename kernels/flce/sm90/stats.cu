@@ -48,15 +48,16 @@ constexpr int kInFlight = 4;
 __global__ void __launch_bounds__(kMergeThreads, 2)
     merge_stats_kernel(const LsePair* lse_partials, const float* sumz_partials, int rows_pad, int tiles,
                        int64_t r0, int rows, StatsParams p, const float* z_target, float* lse, float* token_loss,
-                       float* row_ref, CallEnd end) {
+                       const float* refs, float* row_ref, CallEnd end) {
   __shared__ float sm[kMergeThreads], sd[kMergeThreads], sz[kMergeThreads];
   __shared__ bool other[kMergeThreads];
   const int block_rows = blockDim.x, slices = blockDim.y, me = threadIdx.y * block_rows + threadIdx.x;
   const int i = static_cast<int>(blockIdx.x) * block_rows + static_cast<int>(threadIdx.x);  // check_supported
   float m = -INFINITY, d = 0.0f, zs = 0.0f;
-  bool off_ref = false;  // a partial with terms against another reference than row_ref[i]
+  bool off_ref = false;  // a partial with terms against another reference than refs[i]
+  // Read before the __syncthreads below: lse[r0 + i], which refs may be, is written after it.
+  const float ref = refs && i < rows ? refs[i] : 0.0f;
   if (i < rows) {
-    const float ref = row_ref ? row_ref[i] : 0.0f;
     const int step = rows_pad * slices;  // from one of this thread's tiles to its next (check_supported)
     int64_t at = rows_pad * threadIdx.y + i;
     for (int t0 = threadIdx.y; t0 < tiles; t0 += slices * kInFlight) {
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(kMergeThreads, 2)
 #pragma unroll
       for (int k = 0; k < kInFlight; ++k) {
         merge(m, d, q[k].m, q[k].d), zs += z[k];
-        off_ref = off_ref || (row_ref && q[k].d != 0.0f && q[k].m != ref);
+        off_ref = off_ref || (refs && q[k].d != 0.0f && q[k].m != ref);
       }
     }
   }
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(kMergeThreads, 2)
   float valid_loss = 0.0f;
   long long count = 0, bad = INT64_MAX;
   if (threadIdx.y == 0 && i < rows) {
-    if (off_ref) row_ref[i] = NAN;
+    if (refs) row_ref[i] = off_ref ? NAN : ref;
     const int64_t gr = r0 + i, y = target_at(p, gr);
     const float L = m + logf(d);
     float loss = 0.0f;
@@ -141,12 +142,13 @@ __global__ void __launch_bounds__(kMergeThreads, 2)
 
 void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad, int64_t tiles, int64_t r0,
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
-                 float* row_ref, const CallEnd& end, cudaStream_t st) {
+                 const float* refs, float* row_ref, const CallEnd& end, cudaStream_t st) {
+  if (refs && !row_ref) fail_usage("merge_stats: references without a row_ref to copy them to");
   if (rows <= 0) return;
   const int block_rows = merge_block_rows(rows);
   merge_stats_kernel<<<static_cast<unsigned>(merge_blocks(rows)), dim3(block_rows, kMergeThreads / block_rows), 0,
                        st>>>(lse_partials, sumz_partials, static_cast<int>(rows_pad), static_cast<int>(tiles), r0, static_cast<int>(rows), p, z_target, lse,
-                             token_loss, row_ref, end);
+                             token_loss, refs, row_ref, end);
   CELTUNE_LAUNCHED();
 }
 

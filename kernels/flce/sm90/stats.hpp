@@ -59,13 +59,15 @@ struct CallEnd {
 
 // lse[r0 + i] and token_loss[r0 + i] from partials [tiles][rows_pad] (+ Σẑ partials
 // when label smoothing is on, else null) and z_target (the logits GEMM's, indexed
-// like lse). row_ref (the chunk's rows, or null): the references the GEMM stored
-// q against (LogitsArgs::row_ref); a row any of whose partials holds another
-// reference gets NaN there, for scaled_dz_rows to rescale (ce.hpp). `end`: the
-// call's loss and target count (CallEnd).
+// like lse). refs (the chunk's rows, or null): the references the GEMM stored q
+// against (LogitsArgs::row_ref), copied to row_ref, where a row any of whose
+// partials holds another reference gets NaN instead, for scaled_dz_rows to
+// rescale (ce.hpp). refs may be lse + r0 (flce.cu keeps the call's references
+// there until the merge): every read of a row's reference comes before its LSE
+// is written. `end`: the call's loss and target count (CallEnd).
 void merge_stats(const LsePair* lse_partials, const float* sumz_partials, int64_t rows_pad, int64_t tiles, int64_t r0,
                  int64_t rows, const StatsParams& p, const float* z_target, float* lse, float* token_loss,
-                 float* row_ref, const CallEnd& end, cudaStream_t st);
+                 const float* refs, float* row_ref, const CallEnd& end, cudaStream_t st);
 
 // row_ref[i] = kSm90RefLift + max over j < samples of (z[i, j] + b[j·stride]),
 // from z = the logits of X's rows against W's rows 0, stride, 2·stride, …

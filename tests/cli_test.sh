@@ -415,6 +415,36 @@ expect 0 "import a faster entry of other kernels" -- "$celtune" db --db "$tmp/h.
 contains out "1 best config lost to the stored one" "the stale entry was not kept"
 expect 0 "lookup after the import" -- "$celtune" lookup --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --mode fwd
 contains out "exact" "the runtime still finds this build's entry"
+# bench --tuned times what the runtime would run: the database's entry, tagged,
+# beside the default; none where the runtime would run the default; a --db
+# without --tuned, or one that is missing, is refused before anything is timed.
+# The entry h.sqlite's tuning stored, with a config other than the default
+# (tuning may find the default best, which bench times once).
+python3 - "$tmp/h.jsonl" "$tmp/tuned.jsonl" <<'PY'
+import json, sys
+b = next(r for r in map(json.loads, open(sys.argv[1])) if r["record"] == "best")
+b["config"] = {"block_size": 1024, "threads": 128, "v_chunk": 0, "row_chunk": 0}
+open(sys.argv[2], "w").write(json.dumps(b) + "\n")
+PY
+"$celtune" db --db "$tmp/tuned.sqlite" import "$tmp/tuned.jsonl" >/dev/null 2>&1
+expect 0 "bench --tuned with a tuned entry" -- "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" --tuned \
+  --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
+contains out "celtune-tuned" "bench --tuned adds the tuned row"
+contains out "bs1024 vcV rcN t128 [exact]" "the tuned row is the entry's config with the resolver's tag"
+expect 0 "bench --tuned where nothing is tuned" -- "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" --tuned \
+  --shape 64,32,1000 --mode fwdbwd --runs 20 --no-unfused --csv
+contains err "no tuned entry" "bench says the runtime would run the default"
+if grep -q "celtune-tuned" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench --tuned made up a tuned row"; else passes=$((passes + 1)); fi
+tuned_json=$("$celtune" lookup --device cpu --db "$tmp/tuned.sqlite" --shape 64,32,1000 --mode fwd --json |
+  python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)[0]["config"]))')
+expect 0 "bench --tuned with the tuned config also given" -- "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" \
+  --tuned --config "$tuned_json" --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
+contains err "is a row above" "a tuned config already timed is not timed twice"
+expect 2 "bench --db without --tuned" -- "$celtune" bench --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --runs 20
+contains err "give --tuned" "bench says what --db is for"
+expect 3 "bench --tuned --db a missing file" -- "$celtune" bench --device cpu --tuned --db "$tmp/absent.sqlite" \
+  --shape 64,32,1000 --runs 20
+if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench timed before refusing its --db"; else passes=$((passes + 1)); fi
 # A config the device cannot run is refused as the call would refuse it, from
 # --config and from CELTUNE_CONFIG; one it can run is printed.
 expect 2 "lookup --config with impl fused on the CPU" -- "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd \

@@ -5,6 +5,9 @@
 //   floor        each GEMM the algorithm needs, full size at V padded to a multiple
 //                of 128 (Floors::gemm_vocab says why), one after another
 //   celtune      flce with --config or the built-in default
+//   celtune-tuned  with --tuned: the config the runtime would use (its tuned
+//                database entry, as `celtune lookup` resolves it), where one
+//                exists and differs from the rows above
 //   unfused      the full [N,V] logits by cuBLASLt, the CE kernel, the two gradient
 //                GEMMs: what a PyTorch eager step does (our flce with v_chunk = V and
 //                row_chunk = N, which materialises the logits)
@@ -34,16 +37,17 @@
 #include "model/error.hpp"
 #include "output.hpp"
 #include "problem_args.hpp"
+#include "runtime/resolve.hpp"
 #include "tuners/measure.hpp"
 
 namespace celtune::cli {
 namespace {
 
 struct BenchArgs {
-  std::string device;
+  std::string device, db;
   std::vector<std::string> configs;
   int runs = 20;
-  bool json = false, csv = false, no_ce = false, no_unfused = false;
+  bool json = false, csv = false, no_ce = false, no_unfused = false, tuned = false;
   ProblemArgs problem;
 };
 
@@ -88,9 +92,16 @@ Action register_bench(CLI::App& app) {
   sub->add_flag("--csv", a->csv, "CSV with the table's columns");
   sub->add_flag("--no-ce", a->no_ce, "Skip the ce-family rows");
   sub->add_flag("--no-unfused", a->no_unfused, "Skip the unfused reference path");
+  sub->add_flag("--tuned", a->tuned,
+                "Also time the config the runtime would use for each problem (its tuned database entry, as "
+                "`celtune lookup` resolves it) as a celtune-tuned row, timed in rounds with the floor and the default");
+  sub->add_option("--db", a->db,
+                  "With --tuned: a database file read first; then $CELTUNE_DB, the user's database, celtune.sqlite "
+                  "beside libceltune (as the runtime reads them); opened read-only");
   add_problem_options(sub, a->problem);
   return [a] {
     if (a->json && a->csv) fail_usage("--json and --csv are exclusive");
+    if (!a->db.empty() && !a->tuned) fail_usage("--db names the database --tuned reads: give --tuned with it");
     ProblemArgs pa = a->problem;
     if (!names_problem(pa)) pa.model = "llama3-8b", pa.tokens = "4096,8192,16384";  // the Llama-3-8B classifier
     if (pa.tokens.empty() && pa.shape.empty()) pa.tokens = "4096,8192,16384";
@@ -107,8 +118,34 @@ Action register_bench(CLI::App& app) {
     // The flce problems also time ce on their logits; a ce problem has nothing else.
     if (a->no_ce && std::none_of(problems.begin(), problems.end(), [](const Problem& p) { return p.family == Family::flce; }))
       fail_usage("--no-ce with --family ce leaves nothing to time");
-    auto backend = open_backend(a->device);
+    std::shared_ptr<Backend> backend = open_backend(a->device);  // shared with --tuned's resolver
     const auto& dev = backend->device();
+    // --tuned: the runtime's own resolver, over the databases it would read; a
+    // --db that is missing or damaged is refused before anything is timed.
+    const std::unique_ptr<runtime::Resolver> resolver = a->tuned ? open_resolver(a->db, backend) : nullptr;
+    // The tuned config for p and its row's label (the config and its source tag:
+    // exact, nearest, …), or none where the runtime would run the built-in
+    // default or one of `shown` (said on stderr, so the table is not read as
+    // missing a row).
+    struct Tuned {
+      KernelConfig config;
+      std::string label;
+    };
+    auto tuned_for = [&](const Problem& p, const std::vector<KernelConfig>& shown) -> std::optional<Tuned> {
+      if (!resolver) return std::nullopt;
+      const runtime::Resolved r = resolver->resolve(p, nullptr);
+      require_named_database_used(*resolver, a->db, "bench");
+      if (r.source == runtime::Source::default_config) {
+        std::cerr << "bench: no tuned entry for " << p.key() << ": the runtime would run the default\n";
+        return std::nullopt;
+      }
+      if (std::find(shown.begin(), shown.end(), r.config) != shown.end()) {
+        std::cerr << "bench: the tuned config for " << p.key() << " (" << runtime::to_string(r.source)
+                  << ") is a row above: " << to_string(r.config) << '\n';
+        return std::nullopt;
+      }
+      return Tuned{r.config, to_string(r.config) + " [" + runtime::to_string(r.source) + "]"};
+    };
     // The CPU backend at a model's shape takes hours: `celtune bench` with no GPU
     // found timed Llama-3-8B at N = 4096 on the CPU without a word. Each timed
     // row (warm-ups included) costs 2·N·H·V multiply-adds forward, 6·N·H·V with
@@ -162,6 +199,12 @@ Action register_bench(CLI::App& app) {
           timed.push_back(Row{"flce", "celtune", mode, p0, to_string(c), {}, 0, 0, 0,
                               static_cast<double>(backend->scratch_bytes(p0, c))});
           items.push_back({w.get(), c});
+        }
+        if (const auto t = tuned_for(p0, configs)) {
+          backend->check(p0, t->config);
+          timed.push_back(Row{"flce", "celtune-tuned", mode, p0, t->label, {}, 0, 0, 0,
+                              static_cast<double>(backend->scratch_bytes(p0, t->config))});
+          items.push_back({w.get(), t->config});
         }
         if (!a->no_unfused) {
           KernelConfig u = default_config(p0);
@@ -235,9 +278,14 @@ Action register_bench(CLI::App& app) {
           auto dflt = [&] { return device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }); };
           std::vector<KernelConfig> ce_configs{dflt()};
           if (p0.family == Family::ce) ce_configs = configs;
-          for (KernelConfig c : ce_configs) {
-            if (p0.family == Family::ce && given.empty()) c = dflt();
-            Row r{"ce", "celtune", std::string(to_string(m)), p, to_string(c), {}, 0, 0, 0,
+          if (p0.family == Family::ce && given.empty()) ce_configs = {dflt()};
+          std::vector<std::string> labels;
+          for (const KernelConfig& c : ce_configs) labels.push_back(to_string(c));
+          const size_t shown = ce_configs.size();
+          if (const auto t = tuned_for(p, ce_configs)) ce_configs.push_back(t->config), labels.push_back(t->label);
+          for (size_t k = 0; k < ce_configs.size(); ++k) {
+            const KernelConfig& c = ce_configs[k];
+            Row r{"ce", k >= shown ? "celtune-tuned" : "celtune", std::string(to_string(m)), p, labels[k], {}, 0, 0, 0,
                   static_cast<double>(backend->scratch_bytes(p, c))};
             try {
               r.stats = time(p, c, seed++);

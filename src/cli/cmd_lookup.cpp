@@ -19,6 +19,28 @@
 
 namespace celtune::cli {
 
+std::unique_ptr<runtime::Resolver> open_resolver(const std::string& named, std::shared_ptr<const Backend> backend) {
+  // The runtime warns and waits the default on a malformed CELTUNE_BUSY_TIMEOUT_MS
+  // (a training job must not stop for it); the CLI refuses it, exit 2.
+  db::busy_timeout_ms();
+  // So does a --db it names that is missing or damaged (a typo answered with the
+  // built-in default and exit 0); the databases it only finds stay warnings.
+  if (!named.empty()) {
+    require_database(named);
+    db::Store check(named, db::Access::read_only);
+  }
+  const DeviceInfo dev = backend->device();
+  return std::make_unique<runtime::Resolver>(runtime::find_databases(named), dev, kKernelSourceHash, std::cerr,
+                                             runtime::backend_checks(std::move(backend)));
+}
+
+void require_named_database_used(runtime::Resolver& resolver, const std::string& named, const std::string& command) {
+  if (named.empty()) return;
+  for (const auto& [path, ok] : resolver.databases())
+    if (!ok && path == named)
+      fail_env("database " + named + " is unusable (the warning above says why); " + command + " --db needs one it can read");
+}
+
 Action register_lookup(CLI::App& app) {
   struct Args {
     std::string device, db, config;
@@ -41,29 +63,17 @@ Action register_lookup(CLI::App& app) {
     const auto problems = build_problems(a->problem);
     std::shared_ptr<const Backend> backend = open_backend(a->device);
     const DeviceInfo dev = backend->device();
-    // The runtime warns and waits the default on a malformed CELTUNE_BUSY_TIMEOUT_MS
-    // (a training job must not stop for it); the CLI refuses it, exit 2.
-    db::busy_timeout_ms();
-    // So does a --db it names that is missing or damaged (a typo answered with the
-    // built-in default and exit 0); the databases it only finds stay warnings.
-    if (!a->db.empty()) {
-      require_database(a->db);
-      db::Store check(a->db, db::Access::read_only);
-    }
-    runtime::Resolver resolver(runtime::find_databases(a->db), dev, kKernelSourceHash, std::cerr,
-                               runtime::backend_checks(backend));
+    const auto resolver_owner = open_resolver(a->db, backend);
+    runtime::Resolver& resolver = *resolver_owner;
     std::vector<runtime::Resolved> resolved;
     for (const Problem& p : problems) resolved.push_back(resolver.resolve(p, a->config.empty() ? nullptr : a->config.c_str()));
     // Damage that shows only when rows are read (a page past the header, a
     // schema that lies about itself), or a lock held past the busy timeout,
     // makes the resolver drop the database: asked after resolving, so the
     // "searched" line says it, and a --db dropped is exit 3 too.
+    require_named_database_used(resolver, a->db, "lookup");
     std::string dbs;
-    for (const auto& [path, ok] : resolver.databases()) {
-      dbs += (dbs.empty() ? "" : ", ") + path + (ok ? "" : " (unusable)");
-      if (!ok && !a->db.empty() && path == a->db)
-        fail_env("database " + a->db + " is unusable (the warning above says why); lookup --db needs one it can read");
-    }
+    for (const auto& [path, ok] : resolver.databases()) dbs += (dbs.empty() ? "" : ", ") + path + (ok ? "" : " (unusable)");
     nlohmann::json out = nlohmann::json::array();
     for (size_t k = 0; k < problems.size(); ++k) {
       const Problem& p = problems[k];

@@ -4,9 +4,17 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
+
+namespace celtune {
+class Backend;
+namespace runtime {
+class Resolver;
+}
+}  // namespace celtune
 
 namespace celtune::cli {
 
@@ -35,5 +43,15 @@ std::string writable_db_path(const std::string& named);
 // Error(environment) naming the folder when the folder `path` would be created in
 // does not exist (SQLite only said "unable to open database file").
 void require_db_folder(const std::string& path);
+
+// The runtime's resolver over the databases it would read, `named` (--db) first,
+// for the commands that show what a call would run (lookup, bench --tuned). The
+// runtime only warns; these refuse a malformed CELTUNE_BUSY_TIMEOUT_MS (exit 2)
+// and a named database that is missing or damaged (exit 3) up front.
+std::unique_ptr<runtime::Resolver> open_resolver(const std::string& named, std::shared_ptr<const Backend> backend);
+// Exit 3 when the resolver has dropped the named database since (damage that
+// shows only when rows are read, a lock held past the busy timeout): asked after
+// resolving. `command` names the caller in the message.
+void require_named_database_used(runtime::Resolver& resolver, const std::string& named, const std::string& command);
 
 }  // namespace celtune::cli

@@ -427,24 +427,47 @@ b["config"] = {"block_size": 1024, "threads": 128, "v_chunk": 0, "row_chunk": 0}
 open(sys.argv[2], "w").write(json.dumps(b) + "\n")
 PY
 "$celtune" db --db "$tmp/tuned.sqlite" import "$tmp/tuned.jsonl" >/dev/null 2>&1
-expect 0 "bench --tuned with a tuned entry" -- "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" --tuned \
-  --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
+# The user's own database and $CELTUNE_DB stay out of these: only --db is read.
+solo=(env -u CELTUNE_DB -u XDG_DATA_HOME -u CELTUNE_CONFIG HOME="$tmp/nohome")
+expect 0 "bench --tuned with a tuned entry" -- "${solo[@]}" "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" \
+  --tuned --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
 contains out "celtune-tuned" "bench --tuned adds the tuned row"
 contains out "bs1024 vcV rcN t128 [exact]" "the tuned row is the entry's config with the resolver's tag"
-expect 0 "bench --tuned where nothing is tuned" -- "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" --tuned \
-  --shape 64,32,1000 --mode fwdbwd --runs 20 --no-unfused --csv
+expect 0 "bench --tuned where nothing is tuned" -- "${solo[@]}" "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" \
+  --tuned --shape 64,32,1000 --mode fwdbwd --runs 20 --no-unfused --csv
 contains err "no tuned entry" "bench says the runtime would run the default"
-if grep -q "celtune-tuned" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench --tuned made up a tuned row"; else passes=$((passes + 1)); fi
-tuned_json=$("$celtune" lookup --device cpu --db "$tmp/tuned.sqlite" --shape 64,32,1000 --mode fwd --json |
+if grep -q "celtune-tuned" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench --tuned timed the default twice"; else passes=$((passes + 1)); fi
+# With another config given and nothing tuned, what the runtime would run is the
+# default: it is the tuned row, tagged so.
+expect 0 "bench --tuned --config where nothing is tuned" -- "${solo[@]}" "$celtune" bench --device cpu \
+  --db "$tmp/tuned.sqlite" --tuned --config '{"block_size":256}' --shape 64,32,1000 --mode fwdbwd --runs 20 \
+  --no-unfused --csv
+contains out "[default]" "the default is timed as what the runtime would run"
+tuned_json=$("${solo[@]}" "$celtune" lookup --device cpu --db "$tmp/tuned.sqlite" --shape 64,32,1000 --mode fwd --json |
   python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)[0]["config"]))')
-expect 0 "bench --tuned with the tuned config also given" -- "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" \
-  --tuned --config "$tuned_json" --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
+expect 0 "bench --tuned with the tuned config also given" -- "${solo[@]}" "$celtune" bench --device cpu \
+  --db "$tmp/tuned.sqlite" --tuned --config "$tuned_json" --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
 contains err "is a row above" "a tuned config already timed is not timed twice"
+if grep -q "celtune-tuned" "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: bench --tuned timed the given config twice"; else passes=$((passes + 1)); fi
+expect 0 "bench --tuned --json" -- "${solo[@]}" "$celtune" bench --device cpu --db "$tmp/tuned.sqlite" --tuned \
+  --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --json
+contains out '"kernel_provider": "celtune-tuned"' "the Liger records name the tuned row's provider"
+expect 0 "bench --tuned under CELTUNE_CONFIG" -- env -u CELTUNE_DB -u XDG_DATA_HOME HOME="$tmp/nohome" \
+  CELTUNE_CONFIG='{"block_size":1024,"threads":128,"dw_acc_fp32":false}' "$celtune" bench --device cpu \
+  --db "$tmp/tuned.sqlite" --tuned --shape 64,32,1000 --mode fwd --runs 20 --no-unfused --csv
+contains out "[env]" "CELTUNE_CONFIG is what the runtime would run, and is tagged so"
+expect 2 "bench --tuned under a CELTUNE_CONFIG the CPU cannot run" -- env CELTUNE_CONFIG='{"impl":"fused"}' \
+  "$celtune" bench --device cpu --tuned --shape 64,32,1000 --mode fwd --runs 20
+contains err "CELTUNE_CONFIG cannot run" "the refusal names CELTUNE_CONFIG"
 expect 2 "bench --db without --tuned" -- "$celtune" bench --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --runs 20
 contains err "give --tuned" "bench says what --db is for"
 expect 3 "bench --tuned --db a missing file" -- "$celtune" bench --device cpu --tuned --db "$tmp/absent.sqlite" \
   --shape 64,32,1000 --runs 20
 if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench timed before refusing its --db"; else passes=$((passes + 1)); fi
+printf 'not a database at all, but long enough to have a header of sorts..................................' >"$tmp/notdb.sqlite"
+expect 3 "bench --tuned --db a file that is not SQLite" -- "$celtune" bench --device cpu --tuned \
+  --db "$tmp/notdb.sqlite" --shape 64,32,1000 --runs 20
+if grep -q "^bench:" "$tmp/err"; then fails=$((fails + 1)); echo "FAIL: bench timed before refusing a damaged --db"; else passes=$((passes + 1)); fi
 # A config the device cannot run is refused as the call would refuse it, from
 # --config and from CELTUNE_CONFIG; one it can run is printed.
 expect 2 "lookup --config with impl fused on the CPU" -- "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd \

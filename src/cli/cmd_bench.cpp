@@ -27,6 +27,7 @@
 // clock drifts over a run, and a floor timed apart from what it is held against
 // drifted apart from it.
 #include <algorithm>
+#include <map>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -120,31 +121,55 @@ Action register_bench(CLI::App& app) {
       fail_usage("--no-ce with --family ce leaves nothing to time");
     std::shared_ptr<Backend> backend = open_backend(a->device);  // shared with --tuned's resolver
     const auto& dev = backend->device();
-    // --tuned: the runtime's own resolver, over the databases it would read; a
-    // --db that is missing or damaged is refused before anything is timed.
-    const std::unique_ptr<runtime::Resolver> resolver = a->tuned ? open_resolver(a->db, backend) : nullptr;
+    // ce on an flce problem's logits (or a ce problem in another mode).
+    auto ce_problem = [](Problem p, Mode m) {
+      p.family = Family::ce, p.hidden = 0, p.bias = false, p.mode = m;
+      return p;
+    };
+    auto ce_modes = [](const Problem& p0) {
+      return p0.family == Family::flce ? std::vector<Mode>{Mode::forward, Mode::forward_backward}
+                                       : std::vector<Mode>{p0.mode};
+    };
+    // --tuned: what the runtime would run for every problem bench times, resolved
+    // before anything is timed, so that a --db found damaged only when its rows
+    // are read (exit 3), or a CELTUNE_CONFIG the device cannot run (exit 2, named
+    // as lookup names it), stops bench before its first row, not after.
+    std::map<std::string, runtime::Resolved> tuned;
+    if (a->tuned) {
+      const auto resolver = open_resolver(a->db, backend);
+      auto resolve = [&](const Problem& p) {
+        runtime::Resolved r = resolver->resolve(p, nullptr);
+        resolver->check_given(p, r, "--config");
+        tuned.emplace(p.key(), std::move(r));
+      };
+      for (const Problem& p0 : problems) {
+        if (p0.family == Family::flce) resolve(p0);
+        if (!a->no_ce)
+          for (Mode m : ce_modes(p0)) resolve(ce_problem(p0, m));
+      }
+      require_named_database_used(*resolver, a->db, "bench");
+    }
     // The tuned config for p and its row's label (the config and its source tag:
-    // exact, nearest, …), or none where the runtime would run the built-in
-    // default or one of `shown` (said on stderr, so the table is not read as
-    // missing a row).
+    // exact, nearest, …, default where nothing tuned applies), or none where it
+    // is one of `shown`: said on stderr, so the table is not read as missing it.
     struct Tuned {
       KernelConfig config;
       std::string label;
     };
     auto tuned_for = [&](const Problem& p, const std::vector<KernelConfig>& shown) -> std::optional<Tuned> {
-      if (!resolver) return std::nullopt;
-      const runtime::Resolved r = resolver->resolve(p, nullptr);
-      require_named_database_used(*resolver, a->db, "bench");
-      if (r.source == runtime::Source::default_config) {
-        std::cerr << "bench: no tuned entry for " << p.key() << ": the runtime would run the default\n";
-        return std::nullopt;
-      }
+      const auto it = tuned.find(p.key());
+      if (it == tuned.end()) return std::nullopt;
+      const runtime::Resolved& r = it->second;
+      const std::string tag = runtime::to_string(r.source);
       if (std::find(shown.begin(), shown.end(), r.config) != shown.end()) {
-        std::cerr << "bench: the tuned config for " << p.key() << " (" << runtime::to_string(r.source)
-                  << ") is a row above: " << to_string(r.config) << '\n';
+        if (r.source == runtime::Source::default_config)
+          std::cerr << "bench: no tuned entry for " << p.key() << ": the runtime would run the default, a row above\n";
+        else
+          std::cerr << "bench: the tuned config for " << p.key() << " (" << tag << ") is a row above: " << to_string(r.config)
+                    << '\n';
         return std::nullopt;
       }
-      return Tuned{r.config, to_string(r.config) + " [" + runtime::to_string(r.source) + "]"};
+      return Tuned{r.config, to_string(r.config) + " [" + tag + "]"};
     };
     // The CPU backend at a model's shape takes hours: `celtune bench` with no GPU
     // found timed Llama-3-8B at N = 4096 on the CPU without a word. Each timed
@@ -156,7 +181,7 @@ Action register_bench(CLI::App& app) {
       for (const Problem& p : problems) {
         const double run = call_ops(p);
         const double rows = static_cast<double>(std::max<size_t>(1, given.size())) +
-                            (p.family == Family::flce && !a->no_unfused ? 1.0 : 0.0);
+                            (p.family == Family::flce && !a->no_unfused ? 1.0 : 0.0) + (a->tuned ? 1.0 : 0.0);
         ops += run * rows * static_cast<double>(a->runs + 3);
       }
       limit_cpu_work(ops, !a->device.empty(), "timing these problems", "time", "", false);
@@ -265,16 +290,13 @@ Action register_bench(CLI::App& app) {
         // ce on the N×V logits (for an flce problem: the logits it would have
         // materialised), forward against one read, forward+backward against one
         // read plus one write, at the copy bandwidth above.
-        std::vector<Mode> modes{p0.mode};
-        if (p0.family == Family::flce) modes = {Mode::forward, Mode::forward_backward};
         const size_t first = rows.size();
         auto bytes_of = [](const Problem& p) {
           return static_cast<double>(p.tokens) * static_cast<double>(p.vocab) * dtype_bytes(p.dtype) *
                  (p.mode == Mode::forward ? 1 : 2);
         };
-        for (Mode m : modes) {
-          Problem p = p0;
-          p.family = Family::ce, p.hidden = 0, p.bias = false, p.mode = m;
+        for (Mode m : ce_modes(p0)) {
+          const Problem p = ce_problem(p0, m);
           auto dflt = [&] { return device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }); };
           std::vector<KernelConfig> ce_configs{dflt()};
           if (p0.family == Family::ce) ce_configs = configs;

@@ -298,17 +298,17 @@ Action register_bench(CLI::App& app) {
         for (Mode m : ce_modes(p0)) {
           const Problem p = ce_problem(p0, m);
           auto dflt = [&] { return device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }); };
-          std::vector<KernelConfig> ce_configs{dflt()};
-          if (p0.family == Family::ce) ce_configs = configs;
-          if (p0.family == Family::ce && given.empty()) ce_configs = {dflt()};
-          std::vector<std::string> labels;
-          for (const KernelConfig& c : ce_configs) labels.push_back(to_string(c));
+          // A ce problem's given configs, else (and for an flce problem's logits) the default.
+          std::vector<KernelConfig> ce_configs =
+              p0.family == Family::ce && !given.empty() ? given : std::vector<KernelConfig>{dflt()};
           const size_t shown = ce_configs.size();
-          if (const auto t = tuned_for(p, ce_configs)) ce_configs.push_back(t->config), labels.push_back(t->label);
+          const auto t = tuned_for(p, ce_configs);
+          if (t) ce_configs.push_back(t->config);
           for (size_t k = 0; k < ce_configs.size(); ++k) {
             const KernelConfig& c = ce_configs[k];
-            Row r{"ce", k >= shown ? "celtune-tuned" : "celtune", std::string(to_string(m)), p, labels[k], {}, 0, 0, 0,
-                  static_cast<double>(backend->scratch_bytes(p, c))};
+            const bool is_tuned = k >= shown;
+            Row r{"ce", is_tuned ? "celtune-tuned" : "celtune", std::string(to_string(m)), p,
+                  is_tuned ? t->label : to_string(c), {}, 0, 0, 0, static_cast<double>(backend->scratch_bytes(p, c))};
             try {
               r.stats = time(p, c, seed++);
               r.gbps = bytes_of(p) / (r.stats.median_ms * 1e-3) / 1e9;

@@ -27,8 +27,8 @@
 // clock drifts over a run, and a floor timed apart from what it is held against
 // drifted apart from it.
 #include <algorithm>
-#include <map>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 

@@ -42,8 +42,9 @@
 // max, patches the target's element and scales X by a_i into dX's rows, for
 // dW = qᵀ·(a·X); dX's GEMM then overwrites them, and dX = a·(q·W) takes its
 // factor in the next chunk's scaled_dz_rows launch (scale_rows after the last).
-// A chunk so runs five kernels: logits GEMM, merge, scaled_dz_rows, dW, dX. The dZ pass read and wrote 1 GB a 1024-row chunk at Gemma-2-2B,
-// 0.5 GB (0.19 ms on the H100) at Llama-3-8B. Two passes: the
+// A chunk so runs five kernels: logits GEMM, merge, scaled_dz_rows, dW, dX. The
+// dZ pass read and wrote 1 GB a 1024-row chunk at Gemma-2-2B, 0.5 GB (0.19 ms
+// on the H100) at Llama-3-8B. Two passes: the
 // statistics-only GEMM over all of V gives the final LSE first, so pass 1 stores
 // nothing; pass 2 as above.
 #include "flce.hpp"
@@ -516,7 +517,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
             ref.rows_pad = sm90_partial_rows(logits_variant(c), rows);
             ref.block_n = kSm90LogitsBlockN[logits_variant(c)];
           }
-          const RowsToScale prev{at_mut(a.dx, (r0 - prev_rows) * H, bytes), prev_rows, H, row_scale_of(chunk_index - 1)};
+          const RowsToScale prev{at_mut(a.dx, (r0 - prev_rows) * H, bytes), prev_rows, H,
+                                 row_scale_of(chunk_index - 1)};
           scaled_dz_rows(all, lp, a.lse, reinterpret_cast<const float*>(base + L.z_target), at(a.x, r0 * H, bytes), H,
                          at_mut(a.dx, r0 * H, bytes), row_scale_of(chunk_index), ref, prev, st);
         } else {
@@ -544,7 +546,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     }
     r0 += rows, prev_rows = rows, ++chunk_index;
   }
-  if (L.scaled_dz) scale_rows(at_mut(a.dx, (r0 - prev_rows) * H, bytes), p.dtype, prev_rows, H, row_scale_of(chunk_index - 1), st);
+  if (L.scaled_dz)
+    scale_rows(at_mut(a.dx, (r0 - prev_rows) * H, bytes), p.dtype, prev_rows, H, row_scale_of(chunk_index - 1), st);
   if (L.dw_acc) convert_from_f32(dw_acc, a.dw, p.dtype, L.V * H, st);
   if (L.db_acc) convert_from_f32(db_acc, a.db, p.dtype, L.V, st);
   if (!L.fused) reduce_loss(a.token_loss, L.N, lp, a.loss, st);  // fused: the last merge did

@@ -70,19 +70,28 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   if (rc0 < cluster_rows) return f;
   const int64_t tile_row = (f.v_chunk_for(p) + 127) / 128 * 128 * dtype_bytes(p.dtype);  // flce.cu's layout
   int64_t part_row = sm90_partial_tiles(v, p.vocab) * sm90_partial_bytes(p.loss.label_smoothing > 0);
-  // Without a dZ pass a row factor beside them (the scaled X goes to dX's rows).
-  if (sm90_scaled_dz(p, f)) part_row += 4;
+  // Without a dZ pass two chunks' row factors beside them (flce.cu's Layout: a
+  // chunk's dX takes its factors in the next chunk's launch; the scaled X goes to
+  // dX's rows).
+  if (sm90_scaled_dz(p, f)) part_row += 8;
   // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
   // state, and the full workspace), less the target logits and 8 KiB for pieces
   // starting on 256-byte boundaries.
   const int64_t total = flce_tile_budget(p) + 16 * p.tokens + 4096 + (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
   auto room = [&](int64_t ws_mib) { return total - (ws_mib << 20) - 4 * p.tokens - 8192; };
+  auto chunks = [&](int64_t rows) { return (p.tokens + rows - 1) / rows; };
+  // And the merges' slots for the call's end (sm90::CallEnd: a float and two
+  // 64-bit counts a merge block of 8 or more rows, so at most rows/8 + 1 blocks
+  // a chunk): 160 KiB at N = 65536, which took seeds there past 256 MiB.
+  auto end_slots = [&](int64_t rows) { return 20 * (p.tokens / 8 + chunks(rows)); };
+  auto fits = [&](int64_t rows, int64_t ws_mib) {
+    return rows * (tile_row + part_row) + end_slots(rows) <= room(ws_mib);
+  };
   auto fit = [&](int64_t start, int64_t ws_mib) {
     int64_t rc = start / cluster_rows * cluster_rows;
-    while (rc > cluster_rows && rc * (tile_row + part_row) > room(ws_mib)) rc -= cluster_rows;
+    while (rc > cluster_rows && !fits(rc, ws_mib)) rc -= cluster_rows;
     return rc;
   };
-  auto chunks = [&](int64_t rows) { return (p.tokens + rows - 1) / rows; };
   constexpr int64_t kLeanWorkspaceMib = 0;
   int64_t rc = fit(rc0, KernelConfig::kDefaultWorkspaceMib);
   const int64_t lean_rc = fit(room(kLeanWorkspaceMib) / (tile_row + part_row), kLeanWorkspaceMib);
@@ -95,7 +104,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   // that accumulator fits beside the tile (default_config's rule). One chunk
   // where the default had several: nothing accumulates (fp32, the grid's point).
   if (rc0 >= p.tokens && f.row_chunk != 0)
-    f.dw_acc_fp32 = f.dx_acc_fp32 = p.vocab * p.hidden * 4 + rc * (tile_row + part_row) <= room(f.workspace_mib);
+    f.dw_acc_fp32 = f.dx_acc_fp32 = p.vocab * p.hidden * 4 + rc * (tile_row + part_row) + end_slots(rc) <= room(f.workspace_mib);
   if (rc0 < p.tokens && f.row_chunk == 0 && f.one_pass(p)) f.dw_acc_fp32 = f.dx_acc_fp32 = true;
   return f;
 }

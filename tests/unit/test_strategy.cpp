@@ -162,7 +162,7 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   // tune's 256, and was never measured.
   for (int64_t V : {32000, 50257, 128256, 152064, 256000})
     for (int64_t H : {768, 2304, 3584, 4096, 8192})
-      for (int64_t N : {1024, 4096, 8192, 32768})
+      for (int64_t N : {1024, 4096, 8192, 32768, 65536})
         for (double eps : {0.0, 0.1, -1.0}) {  // −1: ε = 0 with softcap 30, no dZ pass (sm90_scaled_dz)
           Problem p;
           p.family = Family::flce, p.tokens = N, p.hidden = H, p.vocab = V, p.mode = Mode::forward_backward;
@@ -182,10 +182,13 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
             const int bn = kSm90LogitsBlockN[v], bm = kSm90LogitsBlockM[v];
             const int64_t rc = f.row_chunk_for(p), ld = (f.v_chunk_for(p) + 127) / 128 * 128;
             int64_t parts = (V + bn - 1) / bn * ((rc + bm - 1) / bm * bm) * (eps > 0 ? 12 : 8);
-            // Without a dZ pass (now also without smoothing or a softcap) a row
-            // factor beside them; the scaled X goes to dX's rows.
-            if (eps <= 0 && f.one_pass(p)) parts += 4 * rc;
-            int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + (int64_t{f.workspace_mib} << 20);
+            // Without a dZ pass (now also without smoothing or a softcap) two
+            // chunks' row factors beside them; the scaled X goes to dX's rows.
+            if (eps <= 0 && f.one_pass(p)) parts += 8 * rc;
+            // The merges' CallEnd slots, 20 bytes a block of 8 or 32 rows.
+            const int64_t block_rows = rc >= 4096 ? 32 : 8, chunks = (N + rc - 1) / rc;
+            const int64_t end = 20 * chunks * ((rc + block_rows - 1) / block_rows);
+            int64_t bytes = 16 + rc * ld * 2 + 4 * N + parts + end + (int64_t{f.workspace_mib} << 20);
             if (rc < N && f.dw_acc_fp32) bytes += V * H * 4;
             CHECK(bytes <= (int64_t{256} << 20));
             if (f.row_chunk) CHECK(f.row_chunk % kSm90LogitsClusterRows[v] == 0);  // whole clusters
@@ -452,6 +455,38 @@ TEST_CASE("the ce device default: rows held in up to four shared-memory segments
   CHECK(c.fused);
   CHECK(c.v_chunk == 16128);
 }
+
+#ifdef CELTUNE_HAVE_CUDA
+// The CUDA layout's own size (kernels/flce/flce.cu; its header needs the CUDA
+// headers, which this test does not build against). Host arithmetic only: no
+// device is touched, so CI without a GPU runs this.
+namespace celtune::cuda {
+size_t scratch_bytes(const Problem& p, const KernelConfig& c);
+}
+TEST_CASE("the fused defaults and seeds fit 256 MiB by the CUDA layout itself") {
+  // The mirror above misses what the layout adds after it changes (the merges'
+  // CallEnd slots took seeds at N = 32768 and 65536 up to 136 KiB past 256 MiB
+  // before fused_seed counted them): the layout is the judge.
+  auto yes = [](const KernelConfig&) { return true; };
+  for (int64_t V : {32000, 32768, 50257, 128256, 152064, 256000})
+    for (int64_t H : {768, 2304, 3584, 4096, 8192})
+      for (int64_t N : {1024, 2048, 4096, 8192, 16384, 32768, 65536})
+        for (double eps : {0.0, 0.1, -1.0}) {
+          Problem p;
+          p.family = Family::flce, p.tokens = N, p.hidden = H, p.vocab = V, p.mode = Mode::forward_backward;
+          p.loss.label_smoothing = eps < 0 ? 0.0 : eps;
+          p.loss.softcap = eps < 0 ? 30.0 : 0.0;
+          std::vector<KernelConfig> configs = flce_space(p).seeds;
+          configs.push_back(device_default(p, yes));
+          for (const KernelConfig& c : configs) {
+            if (c.impl != KernelConfig::Impl::fused) continue;
+            CAPTURE(p.key());
+            CAPTURE(to_string(c));
+            CHECK(cuda::scratch_bytes(p, c) <= size_t{256} << 20);
+          }
+        }
+}
+#endif
 
 TEST_CASE("the fused one pass drops its dZ pass only where the row factor is safe") {
   // sm90_scaled_dz (variants.hpp): a softcap bounds ẑ (else a sampled reference

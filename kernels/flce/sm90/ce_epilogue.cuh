@@ -105,9 +105,11 @@ CUTLASS_DEVICE uint32_t max_pair(uint32_t a, uint32_t b) {
   }
 }
 
-// The tile is stored straight from registers, two elements a store. Staging it in
-// shared memory for coalesced 16-byte stores measured slower (Gemma-2-2B 9%, H100):
-// the stage's 66 KB cost the mainloop one of its four pipeline stages.
+// The tile is stored straight from registers, 16 bytes a lane where the tile lies
+// inside the problem (put_pair: a transpose across each quad, no shared memory).
+// Staging it in shared memory for coalesced 16-byte stores measured slower
+// (Gemma-2-2B 9%, H100): the stage's 66 KB cost the mainloop one of its four
+// pipeline stages.
 template <class Element, bool StoreTile>
 class CeStatsEpilogue {
  public:
@@ -264,6 +266,51 @@ class CeStatsEpilogue {
       else
         *reinterpret_cast<uint16_t*>(at) = static_cast<uint16_t>(bits);
     };
+    // In a tile wholly inside the problem a row goes out 16 bytes a lane. The
+    // GMMA C fragment gives each lane of a quad two columns of every 8-column
+    // group of the row (col0 + 8j); four groups' pairs, once held, are
+    // transposed across the quad (two rounds of shuffles: bit 0 of the lane and
+    // the group, then bit 1) so that lane q holds group 4g + q's eight columns
+    // whole. A warp's store then fills whole 32-byte sectors, with a quarter of
+    // the store instructions of a pair a store, whose half-sector writes held
+    // the mainloop back: the tile-storing GEMM of a 1024-row chunk of
+    // Llama-3-8B, 2.19 → 2.10 M cycles, tensor pipe busy 91% → 95%, 1.453 →
+    // 1.417 ms (H100, ncu; docs/results.md, forty-third session; the
+    // statistics-only GEMM: 2.07 M, 96%). ld_tile keeps rows 16-byte aligned
+    // (the tile is a TMA operand of the dX and dW GEMMs: check_tma).
+    static_assert(kC % 8 == 0, "a row's pairs come in groups of four");
+    const bool odd_lane = thread_idx & 1, high_lane = thread_idx & 2;
+    uint32_t held[kR][4];
+    auto put_pair = [&](auto full, int r, int col, bool in, bool ok1, uint32_t bits) CELTUNE_INLINE {
+      if constexpr (decltype(full)::value) {
+        const int j = (col - col0) >> 3;  // the pair's group; a constant once the loops unroll
+        held[r][j & 3] = bits;
+        if ((j & 3) != 3) return;
+        uint32_t(&v)[4] = held[r];
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 4; k += 2) {
+          const uint32_t got = __shfl_xor_sync(0xffffffffu, odd_lane ? v[k] : v[k + 1], 1);
+          if (odd_lane)
+            v[k] = got;
+          else
+            v[k + 1] = got;
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 2; ++k) {
+          const uint32_t got = __shfl_xor_sync(0xffffffffu, high_lane ? v[k] : v[k + 2], 2);
+          if (high_lane)
+            v[k] = got;
+          else
+            v[k + 2] = got;
+        }
+        // From this lane's col0 (the quad's first column + 2q), group j − 3 =
+        // 4g starts at col − col0 − 24, and group 4g + q at 8q − 2q past that.
+        const int lane_q = thread_idx & 3;
+        *reinterpret_cast<uint4*>(row_at[r] + (col - col0) - 24 + 6 * lane_q) = make_uint4(v[0], v[1], v[2], v[3]);
+      } else if (in) {
+        store_pair(r, col, ok1, bits);
+      }
+    };
     // Every adjacent column pair of each row this thread holds: f(r, col, in,
     // ok0, ok1, x0, x1, bits) with the pair rounded to the input dtype (bits, as
     // the tile stores them) and with its bias added (x); ok: the column is inside
@@ -271,22 +318,37 @@ class CeStatsEpilogue {
     // has_bias and full (the tile lies wholly inside the problem) are compile-time
     // flags: the loop carries no test for what they rule out.
     auto each_pair = [&](auto has_bias, auto full, auto&& f) CELTUNE_INLINE {
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kC; c += 2) {
+      auto pair = [&](int r, int c, float b0, float b1) CELTUNE_INLINE {
         const int col = get<1>(crd(0, c));  // even; col + 1 is column c + 1
         const bool ok0 = full || col < valid_n, ok1 = full || col + 1 < valid_n;
-        float b0 = 0.0f, b1 = 0.0f;
-        if constexpr (decltype(has_bias)::value) {
-          if (ok0) b0 = static_cast<float>(bias_at[col - col0]);
-          if (ok1) b1 = static_cast<float>(bias_at[col - col0 + 1]);
+        float x0, x1;
+        const uint32_t bits = zb[r][c / 2];
+        unpack_pair<Element>(bits, x0, x1);
+        if constexpr (decltype(has_bias)::value) x0 += b0, x1 += b1;
+        f(r, col, full || (ok0 && get<0>(crd(r, c)) < valid_m), ok0, ok1, x0, x1, bits);
+      };
+      if constexpr (decltype(has_bias)::value) {
+        // Column by column, so each bias pair is loaded once for all rows.
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kC; c += 2) {
+          const int col = get<1>(crd(0, c));
+          float b0 = 0.0f, b1 = 0.0f;
+          if (full || col < valid_n) b0 = static_cast<float>(bias_at[col - col0]);
+          if (full || col + 1 < valid_n) b1 = static_cast<float>(bias_at[col - col0 + 1]);
+          CUTLASS_PRAGMA_UNROLL
+          for (int r = 0; r < kR; ++r) pair(r, c, b0, b1);
         }
+      } else {
+        // Row by row: one row's state (its store pointer, reference, sums and
+        // target) is live in the inner loop at a time. Against column by column
+        // (the bias case's order), the tile-storing GEMM of a 1024-row chunk of
+        // Llama-3-8B kept the tensor pipe busy 91% of the time against 87%,
+        // 1.43 against 1.47 ms (H100, ncu; docs/results.md, forty-second
+        // session).
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kR; ++r) {
-          float x0, x1;
-          const uint32_t bits = zb[r][c / 2];
-          unpack_pair<Element>(bits, x0, x1);
-          if constexpr (decltype(has_bias)::value) x0 += b0, x1 += b1;
-          f(r, col, full || (ok0 && get<0>(crd(r, c)) < valid_m), ok0, ok1, x0, x1, bits);
+          CUTLASS_PRAGMA_UNROLL
+          for (int c = 0; c < kC; c += 2) pair(r, c, 0.0f, 0.0f);
         }
       }
     };
@@ -319,7 +381,7 @@ class CeStatsEpilogue {
         each_pair(has_bias, full,
             [&](int r, int col, bool in, bool ok0, bool ok1, float z0, float z1, uint32_t bits) CELTUNE_INLINE {
           if constexpr (decltype(store_z)::value)
-            if (in) store_pair(r, col, ok1, bits);
+            put_pair(full, r, col, in, ok1, bits);
           float e0, e1, r0, r1, y0, y1;
           if constexpr (decltype(approx)::value) {
             y0 = sl * tanh_approx(z0 * inv_cap), y1 = sl * tanh_approx(z1 * inv_cap);
@@ -337,9 +399,8 @@ class CeStatsEpilogue {
           if (smoothing) sz[r] += (ok0 ? y0 : 0.0f) + (ok1 ? y1 : 0.0f);
           if constexpr (decltype(store_q)::value) {
             // q = exp(ẑ − s)·(1 − tanh²)
-            if (in)
-              store_pair(r, col, ok1,
-                         pack_pair<Element>(t0 * softcap_dtanh_quarter(e0, r0), t1 * softcap_dtanh_quarter(e1, r1)));
+            put_pair(full, r, col, in, ok1,
+                     pack_pair<Element>(t0 * softcap_dtanh_quarter(e0, r0), t1 * softcap_dtanh_quarter(e1, r1)));
           }
         });
         if constexpr (decltype(store_q)::value) {
@@ -432,7 +493,7 @@ class CeStatsEpilogue {
           sum[r] += t0 + t1;
           if (smoothing) sz[r] += (ok0 ? x0 : 0.0f) + (ok1 ? x1 : 0.0f);
           if constexpr (StoreTile)
-            if (in) store_pair(r, col, ok1, store_q ? pack_pair<Element>(t0, t1) : bits);
+            put_pair(full, r, col, in, ok1, store_q ? pack_pair<Element>(t0, t1) : bits);
         });
       };
       // The sampled reference m_i where the tile's max lies within kSm90RefSpan

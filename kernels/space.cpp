@@ -20,8 +20,9 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
       if (f && runs(*f)) return *f;
   }
   if (p.family == Family::flce && p.dtype != DType::fp32 && runs) {
-    // Forward+backward: the fused seed with both ping-pong rows (logits and dW)
-    // wherever H ≥ kSm90PingpongMinHidden (variants.hpp) and its row chunks
+    // Forward+backward: the fused seed (flce_fused_forward_backward: the
+    // ping-pong dW row, and the ping-pong logits row where H ≥
+    // kSm90PingpongMinHidden) wherever H ≥ kFusedBwdMinHidden and its row chunks
     // (whole rows, or 512 or more) keep dW's GEMM, K = rows, ahead of its
     // read-modify-write of dW: 2·rows FLOPs a dW element against 4 bytes, and
     // an H100 does ~300 FLOPs a byte it moves, so below ~600 rows that traffic
@@ -31,13 +32,22 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
     // 1.111 / 1.106 against 1.060 / 1.049×; Llama-3-8B (1024 rows) fused with
     // dW on cuBLASLt 1.178 / 1.141× against 1.064 / 1.052×. Gemma-2-2B's
     // 256000 columns leave 256 rows in 256 MiB: 1.548 against 1.887× (H100),
-    // so it keeps the cuBLASLt default; at GPT-2's H = 768 the cuBLASLt default
-    // stays ahead (H200: 1.479 against 1.535×).
+    // so it keeps the cuBLASLt default. From H = 768 the fused seed is ahead
+    // since the logits GEMM stores its tile 16 bytes a lane (ce_epilogue.cuh),
+    // where a short mainloop had left that store exposed (H200 before it, GPT-2
+    // N = 8192: 1.535 against the cuBLASLt default's 1.479×). H100, forty-third
+    // session, the medians of three rounds of each default: GPT-2's H = 768, V
+    // = 50257, N = 1024…32768, 1.26–1.32× against 1.47–1.59× (12–15% less
+    // time); H = 1024, V = 32000 and 50257, 1.17–1.23× against 1.33–1.41×; H =
+    // 768, V = 32000, 1.22 against 1.39×; H = 1536, V = 128256, 1.19 against
+    // 1.36×; at V = 151936 (512-row chunks) H = 896 and 1536, 1.30–1.44×
+    // against 1.37–1.48×. Below H = 768 nothing was measured.
     constexpr int64_t kFusedBwdMinRows = 512;
+    constexpr int64_t kFusedBwdMinHidden = 768;
     if (p.mode == Mode::forward) {
       const KernelConfig f = flce_fused_forward(p);
       if (runs(f)) return f;
-    } else if (p.hidden >= kSm90PingpongMinHidden) {
+    } else if (p.hidden >= kFusedBwdMinHidden) {
       const KernelConfig f = flce_fused_forward_backward(p);
       if ((f.row_chunk == 0 || f.row_chunk >= kFusedBwdMinRows) && runs(f)) return f;
     }

@@ -73,7 +73,7 @@ std::optional<KernelConfig> ce_spread_default(const Problem& p);
 // path measured faster and the device runs it (`runs`), in 16-bit: forward flce
 // takes flce_fused_forward (the ping-pong logits GEMM; Llama-3-8B N=4096 on the
 // H100: 1.01× one GEMM, timed in rounds; Gemma-2-2B, GPT-2 likewise ahead), and
-// forward+backward at H ≥ 2048 takes flce_fused_forward_backward where its row
+// forward+backward at H ≥ 768 takes flce_fused_forward_backward where its row
 // chunks are whole rows or 512 or more (space.cpp gives the measurements); ce takes ce_fused_default. The
 // runtime, bench and tune all start from this.
 KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs);

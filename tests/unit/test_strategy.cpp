@@ -287,10 +287,12 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(device_default(p.with_tokens(512), yes).row_chunk == 0);  // one chunk, nothing accumulates
   CHECK(device_default(p.with_tokens(512), yes).dw_acc_fp32);
   // Where the fused seed's row chunks stay at 512 rows or more: Mistral-7B (V =
-  // 32768) and Qwen2.5-7B (768 rows, no workspace beside them) take it; Gemma-2-2B's
-  // 256000 columns leave 256 rows in 256 MiB, and GPT-2's H = 768 is below the
-  // ping-pong rows' 2048: those keep the cuBLASLt default.
-  for (const auto& [h, v, rc] : {std::tuple{4096, 32768, 3328}, std::tuple{3584, 152064, 768}}) {
+  // 32768), Qwen2.5-7B (768 rows, no workspace beside them) and, from H = 768,
+  // GPT-2 (2048 rows beside the workspace, the cooperative logits row below H =
+  // 2048) take it; Gemma-2-2B's 256000 columns leave 256 rows in 256 MiB, and
+  // below H = 768 nothing was measured: those keep the cuBLASLt default.
+  for (const auto& [h, v, rc] :
+       {std::tuple{4096, 32768, 3328}, std::tuple{3584, 152064, 768}, std::tuple{768, 50257, 2048}}) {
     Problem q = p;
     q.hidden = h, q.vocab = v;
     CAPTURE(q.key());
@@ -298,8 +300,9 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
     CHECK(b == flce_fused_forward_backward(q));
     CHECK(b.row_chunk == rc);
     CHECK(b.workspace_mib == (h == 3584 ? 0 : KernelConfig::kDefaultWorkspaceMib));
+    CHECK(b.logits_kernel == (h >= kSm90PingpongMinHidden ? kSm90LogitsVariantNames[kSm90PingpongLogitsVariant] : ""));
   }
-  for (const auto& [h, v] : {std::pair{2304, 256000}, std::pair{768, 50257}}) {
+  for (const auto& [h, v] : {std::pair{2304, 256000}, std::pair{512, 50257}}) {
     Problem q = p;
     q.hidden = h, q.vocab = v;
     CAPTURE(q.key());

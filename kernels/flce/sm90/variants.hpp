@@ -41,8 +41,8 @@
 // GEMM against 1.00–1.09× (Llama-3-8B and -70B, Gemma-2-2B, Qwen2.5-7B);
 // forward+backward 1.09× the 3-GEMM floor against 1.16× (Llama-3-8B N = 16384),
 // 1.08× against 1.13× (Llama-3-70B N = 8192). At GPT-2's H = 768, with little
-// mainloop to hide an epilogue under, row 0 stays ahead (forward 1.11× against
-// 1.19×).
+// mainloop to hide an epilogue under, row 0 was then ahead (forward 1.11× against
+// 1.19×); the forward has since gone the other way (below).
 #pragma once
 
 #include "model/config.hpp"
@@ -86,9 +86,8 @@ inline constexpr int kSm90LogitsBlockN[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE
 #define CELTUNE_SM90_CLUSTER_ROWS(idx, bm, bn, bk, cm, cn, pp, name) bm * cm,
 inline constexpr int kSm90LogitsClusterRows[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_CLUSTER_ROWS)};
 // The logits variant of the fused defaults where H ≥ kSm90PingpongMinHidden
-// (flce/space.cpp): row 1 above says why. The fused forward+backward default
-// starts there too (kernels/space.cpp): at GPT-2's H = 768 a GEMM's mainloop
-// is too short to hide an epilogue or dW's read-modify-write under. Forward
+// (flce/space.cpp): row 1 above says why. Below it the fused forward+backward
+// default (from H = 768, kernels/space.cpp) takes row 0. Forward
 // alone takes row 1 from kSm90PingpongMinHiddenForward: at GPT-2's shape
 // (N = 8192, H = 768, V = 50257) it ran 5–8% ahead of row 0 on both GPUs
 // (docs/results.md, thirty-sixth session).

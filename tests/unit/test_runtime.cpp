@@ -405,10 +405,8 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
   // kernel change without re-tuning makes every shipped entry stale: this fails
   // then, until db/tuned/ is re-tuned and re-exported for each GPU. A GPU set
   // false here has stale rows only: the runtime skips them and borrows another
-  // GPU's of the same arch. The H200's rows are d8c2f931a3467156's: no H200
-  // was lent for the re-tune of this build's kernels (docs/results.md,
-  // forty-third session), so on an H200 the runtime takes the H100's.
-  const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", true}, {"NVIDIA H200", false}};
+  // GPU's of the same arch.
+  const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", true}, {"NVIDIA H200", true}};
   for (const auto& [gpu, current] : gpus) {
     CAPTURE(gpu);
     DeviceInfo dev;

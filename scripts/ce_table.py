@@ -4,31 +4,19 @@ process a shape, as scripts/gpu_run.sh's cetable step appends them): one line
 per vocabulary, dtype and mode, the "x floor" of the device default at each
 token count. Issue 13's bars read off it: forward at
 most 1.18x (85% of the copy bandwidth), forward+backward at most 1.3x."""
-import csv
+from bench_csv import table_rows
 import sys
 
 
 def main(path):
     table, tokens = {}, []
-    header = None
-    with open(path) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line:
-                continue
-            fields = next(csv.reader([line]))
-            if "x floor" in fields:
-                header = fields
-                continue
-            if header is None or len(fields) != len(header):
-                continue  # a bench message, not a table line
-            r = dict(zip(header, fields))
-            if r.get("kernel") != "ce" or r.get("provider") != "celtune":
-                continue
-            n, v = int(r["N"]), int(r["V"])
-            if n not in tokens:
-                tokens.append(n)
-            table.setdefault((v, r["dtype"], r["mode"]), {})[n] = r["x floor"]
+    for r in table_rows(path):
+        if r.get("kernel") != "ce" or r.get("provider") != "celtune":
+            continue
+        n, v = int(r["N"]), int(r["V"])
+        if n not in tokens:
+            tokens.append(n)
+        table.setdefault((v, r["dtype"], r["mode"]), {})[n] = r["x floor"]
     if not table:
         print(f"ce_table: no ce rows in {path}")
         return 1

@@ -83,6 +83,9 @@ class Store {
   // Error(environment) when a row refers to a missing device, problem or config
   // row (the readers' joins would drop it without a word); once per Store.
   void check_references() const;
+  // Error(environment) unless SQLite's quick_check finds the file sound; run
+  // once when a writer opens an existing database.
+  void check_structure() const;
 
   std::string path_;
   Access access_;

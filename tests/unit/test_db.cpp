@@ -478,3 +478,31 @@ TEST_CASE("store: damaged, foreign and newer databases are refused with an envir
   db::Store s(t.file("text.sqlite"), db::Access::read_only);
   CHECK_THROWS_WITH_AS(s.best_entries(), doctest::Contains("median_ms holds text"), Error);
 }
+
+TEST_CASE("store: a writer refuses a database whose pages are damaged, and leaves the file as it was") {
+  // The CLI probe's case: a copy short by its last 256 bytes still opened (its
+  // header and catalogue intact), took a tune's rows and an import, exit 0, and
+  // export and merge then refused it.
+  TempDir t;
+  const std::string path = t.file("short.sqlite");
+  {
+    db::Store s(path, db::Access::read_write);
+    for (int n = 1; n < 400; ++n) s.put_best(best(fictional(), n, 1.0, 256));
+  }
+  REQUIRE_FALSE(fs::exists(path + "-wal"));  // the last connection folded the log into the file
+  fs::resize_file(path, fs::file_size(path) - 256);
+  auto bytes = [&] {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string before = bytes();
+  try {
+    db::Store s(path, db::Access::read_write);
+    s.put_best(best(fictional(), 4096, 0.5, 256));
+    FAIL("a damaged database took a write");
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::environment);
+    CHECK(std::string(e.what()).find("quick_check") != std::string::npos);
+  }
+  CHECK(bytes() == before);
+}

@@ -911,7 +911,9 @@ void check_identity(const DeviceInfo& d, const std::string& kernel_hash, const s
   const bool range_ok = time_ok && num(0, 4) >= 2000 && num(5, 2) >= 1 && num(5, 2) <= 12 && num(8, 2) >= 1 &&
                         num(8, 2) <= days_in(num(0, 4), num(5, 2)) && num(11, 2) <= 23 && num(14, 2) <= 59 &&
                         num(17, 2) <= 60;
-  if (!range_ok) fail_usage("created_at must be UTC ISO 8601 (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
+  if (!range_ok)
+    fail_usage(std::string("created_at must be ") + (time_ok ? "a real UTC time from 2000 on" : "UTC ISO 8601") +
+               " (2026-11-23T08:00:00Z), got '" + t.substr(0, 40) + "'");
   // Nor a time that has not come (a row dated 9999 was imported): tune stamps
   // rows with the clock, so a day of slack covers a clock or time zone set wrong.
   std::tm tm{};

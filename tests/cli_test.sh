@@ -154,6 +154,7 @@ expect 3 "no such CUDA device" -- "$celtune" validate --device 99 --shape 4,8,10
 expect 2 "tune without a problem" -- "$celtune" tune --device cpu --db "$tmp/t.sqlite"
 expect 2 "random without budget" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy random --db "$tmp/t.sqlite"
 expect 2 "bad max-scratch" -- "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 12XB --db "$tmp/t.sqlite"
+contains err "KiB or K, MiB or M, GiB or G" "the refusal lists every unit the parser takes"
 # A database the run creates and leaves empty is not left behind.
 expect 1 "tune with no candidate within --max-scratch" -- "$celtune" tune --device cpu --shape 48,16,700 \
   --max-scratch 1KiB --db "$tmp/empty-new.sqlite"
@@ -380,6 +381,7 @@ sed 's/"created_at":"[^"]*"/"created_at":"2026-02-31T00:00:00Z"/' "$tmp/in.jsonl
 expect 2 "import 31 February" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/feb31.jsonl"
 sed 's/"created_at":"[^"]*"/"created_at":"0000-01-01T00:00:00Z"/' "$tmp/in.jsonl" >"$tmp/year0.jsonl"
 expect 2 "import the year 0" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/year0.jsonl"
+contains err "a real UTC time from 2000 on" "a well-formed date before 2000 is refused for its range, not its form"
 sed 's/"median_ms":10.5/"median_ms":1e300/; s/"p80_ms":[0-9.e+]*/"p80_ms":1e300/' "$tmp/in.jsonl" >"$tmp/huge.jsonl"
 expect 2 "import a median of 1e300 ms" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/huge.jsonl"
 contains err "at most 1e7 ms" "the refusal gives the bound"
@@ -741,6 +743,7 @@ expect 0 "db list after the import" -- "$celtune" db --db "$tmp/damaged.sqlite" 
 if grep -q INVALID "$tmp/out"; then fails=$((fails + 1)); echo "FAIL: a damaged best row survived a sound import"; else passes=$((passes + 1)); fi
 echo precious >"$tmp/precious" && ln -s "$tmp/precious" "$tmp/link"
 expect 2 "export to a symlink" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/link"
+contains err "is a symbolic link" "the refusal says the name is a link, not that its target is no regular file"
 grep -qx precious "$tmp/precious" && [ -L "$tmp/link" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export followed a symlink"; }
 mkfifo "$tmp/fifo"
 expect 2 "export to a FIFO" -- timeout 10 "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/fifo"

@@ -51,10 +51,10 @@ size_t parse_size(const std::string& s) {
   else if (unit == "KiB" || unit == "K") m = 1024.0;
   else if (unit == "MiB" || unit == "M") m = 1024.0 * 1024;
   else if (unit == "GiB" || unit == "G") m = 1024.0 * 1024 * 1024;
-  else fail_usage("unknown size unit '" + unit + "' in '" + s + "' (B, KiB, MiB, GiB)");
+  else fail_usage("unknown size unit '" + unit + "' in '" + s + "' (B, KiB or K, MiB or M, GiB or G)");
   // Past 2^63 the conversion to size_t is undefined (it came out as a small
   // limit, so tuning failed for want of configs instead of refusing the flag).
-  if (!(v * m < 0x1p63)) fail_usage("size '" + s + "' is out of range (at most 8 EiB)");
+  if (!(v * m < 0x1p63)) fail_usage("size '" + s + "' is out of range (below 2^63 bytes)");
   return static_cast<size_t>(v * m);
 }
 

@@ -112,7 +112,8 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
   const auto st = fs::symlink_status(path, ec);
   const bool exists = !ec && fs::exists(st);
   if (exists && !fs::is_regular_file(st))
-    fail_usage("refusing to write " + path + ": it exists and is not a regular file");
+    fail_usage("refusing to write " + path + ": it exists and is " +
+               (fs::is_symlink(st) ? "a symbolic link (name the file it points to)" : "not a regular file"));
   struct stat old {};
   const mode_t mode = exists && ::stat(path.c_str(), &old) == 0 ? old.st_mode & 07777 : new_file_mode();
   std::string tmp = temp_template(path, 0);

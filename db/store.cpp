@@ -647,12 +647,29 @@ Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
 // and merge without a word; it is damage, exit 3. The Store writes only rows
 // whose parents exist, so once per Store is enough (export and merge read both
 // tables).
+//
+// The problems table's shape columns are what best_for_shape (the runtime's
+// lookup) searches by, while every reader takes the problem from its key: a row
+// whose columns disagree with its key (vocab edited to 2^63 − 1) vanished from
+// lookups without a word while list and export showed it sound (the CLI probe,
+// forty-fourth session). Damage too, checked with the references.
 void Store::check_references() const {
   if (references_checked_) return;
-  Stmt s(db_, path_, "PRAGMA foreign_key_check");
-  if (s.step())
-    fail_env("database " + path_ + ": a row of table " + s.text(0) + " refers to a missing row of " + s.text(2) +
-             ": the database is damaged");
+  {
+    Stmt s(db_, path_, "PRAGMA foreign_key_check");
+    if (s.step())
+      fail_env("database " + path_ + ": a row of table " + s.text(0) + " refers to a missing row of " + s.text(2) +
+               ": the database is damaged");
+  }
+  Stmt s(db_, path_, "SELECT key, family, tokens, hidden, vocab, dtype, mode FROM problems");
+  while (s.step()) {
+    const std::string key = s.text(0);
+    const Problem p = stored_problem(path_, key);
+    if (s.text(1) != to_string(p.family) || s.i64(2) != p.tokens || s.i64(3) != p.hidden || s.i64(4) != p.vocab ||
+        s.text(5) != to_string(p.dtype) || s.text(6) != to_string(p.mode))
+      fail_env("database " + path_ + ": the problem row " + key +
+               " holds shape columns that disagree with its key: the database is damaged");
+  }
   references_checked_ = true;
 }
 

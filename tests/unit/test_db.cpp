@@ -506,3 +506,30 @@ TEST_CASE("store: a writer refuses a database whose pages are damaged, and leave
   }
   CHECK(bytes() == before);
 }
+
+TEST_CASE("store: a problem row whose shape columns disagree with its key is damage, for list and lookup alike") {
+  // The runtime's lookup searches by the columns, list and export read the key:
+  // vocab edited to 2^63 - 1 hid the row from lookups while list showed it sound.
+  TempDir t;
+  const std::string path = t.file("cols.sqlite");
+  {
+    db::Store s(path, db::Access::read_write);
+    s.put_best(best(fictional(), 4096, 1.0, 256));
+  }
+  for (const char* edit : {"UPDATE problems SET vocab = 9223372036854775807", "UPDATE problems SET tokens = 8192",
+                           "UPDATE problems SET mode = 'fwd'"}) {
+    CAPTURE(edit);
+    const std::string copy = t.file("edited.sqlite");
+    fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+    sqlite3* raw = nullptr;
+    REQUIRE(sqlite3_open(copy.c_str(), &raw) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(raw, edit, nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(raw);
+    const db::Store s(copy, db::Access::read_only);
+    CHECK_THROWS_WITH_AS(s.best_entries(), doctest::Contains("disagree with its key"), Error);
+    const db::Store again(copy, db::Access::read_only);
+    CHECK_THROWS_WITH_AS(again.best_for_shape(problem(4096)), doctest::Contains("disagree with its key"), Error);
+  }
+  const db::Store sound(path, db::Access::read_only);
+  CHECK(sound.best_entries().size() == 1);
+}

@@ -47,6 +47,10 @@ for sub in devices validate tune bench db lookup; do
 done
 expect 2 "no subcommand" -- "$celtune"
 expect 2 "unknown flag" -- "$celtune" validate --frobnicate
+expect 2 "unknown flag before any command" -- "$celtune" --frobnicate
+contains err "unknown option '--frobnicate'" "the flag is named, not 'A subcommand is required'"
+expect 2 "unknown flag of db before its verb" -- "$celtune" db --frobnicate
+contains err "unknown option '--frobnicate' for db" "the flag and its command are named"
 expect 2 "unknown subcommand" -- "$celtune" frobnicate
 expect 2 "db without a verb" -- "$celtune" db
 contains err "celtune: db needs a command: list, export, import, merge" "the verbs are listed"

@@ -25,6 +25,7 @@
 namespace {
 // The first word of argv that is neither an option, an option's value, nor a
 // command of the (sub)command before it: "unknown command 'X' (commands: …)";
+// an option the (sub)command before it lacks: "unknown option '--X'";
 // or, where a command that needs one was given none (`celtune db`), "X needs a
 // command: …"; or "" when there is none.
 std::string unknown_command(CLI::App& app, int argc, char** argv) {
@@ -38,7 +39,9 @@ std::string unknown_command(CLI::App& app, int argc, char** argv) {
     const std::string tok = argv[i];
     if (tok.rfind("-", 0) == 0) {
       const CLI::Option* opt = level->get_option_no_throw(tok.substr(0, tok.find('=')));
-      if (opt && opt->get_type_size() != 0 && tok.find('=') == std::string::npos) ++i;  // its value
+      // `celtune --bogus` said only "A subcommand is required".
+      if (!opt) return "unknown option '" + tok + "'" + (level == &app ? "" : " for " + level->get_name());
+      if (opt->get_type_size() != 0 && tok.find('=') == std::string::npos) ++i;  // its value
       continue;
     }
     const auto subs = level->get_subcommands({});

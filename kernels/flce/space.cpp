@@ -84,8 +84,8 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   // 64-bit counts a merge block of 8 or more rows, so at most rows/8 + 1 blocks
   // a chunk): 160 KiB at N = 65536, which took seeds there past 256 MiB.
   auto end_slots = [&](int64_t rows) { return 20 * (p.tokens / 8 + chunks(rows)); };
-  auto fits = [&](int64_t rows, int64_t ws_mib) {
-    return rows * (tile_row + part_row) + end_slots(rows) <= room(ws_mib);
+  auto fits = [&](int64_t rows, int64_t ws_mib, int64_t more = 0) {
+    return rows * (tile_row + part_row) + end_slots(rows) + more <= room(ws_mib);
   };
   auto fit = [&](int64_t start, int64_t ws_mib) {
     int64_t rc = start / cluster_rows * cluster_rows;
@@ -104,7 +104,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   // that accumulator fits beside the tile (default_config's rule). One chunk
   // where the default had several: nothing accumulates (fp32, the grid's point).
   if (rc0 >= p.tokens && f.row_chunk != 0)
-    f.dw_acc_fp32 = f.dx_acc_fp32 = p.vocab * p.hidden * 4 + rc * (tile_row + part_row) + end_slots(rc) <= room(f.workspace_mib);
+    f.dw_acc_fp32 = f.dx_acc_fp32 = fits(rc, f.workspace_mib, p.vocab * p.hidden * 4);
   if (rc0 < p.tokens && f.row_chunk == 0 && f.one_pass(p)) f.dw_acc_fp32 = f.dx_acc_fp32 = true;
   return f;
 }

@@ -405,8 +405,11 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
   // kernel change without re-tuning makes every shipped entry stale: this fails
   // then, until db/tuned/ is re-tuned and re-exported for each GPU. A GPU set
   // false here has stale rows only: the runtime skips them and borrows another
-  // GPU's of the same arch.
-  const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", true}, {"NVIDIA H200", true}};
+  // GPU's of the same arch. The H100's rows are c9a2010795c7d439's: the
+  // forty-fourth session merged the softcap pair stores with the H200's re-tune
+  // only (its device time ran out before the H100's), so on an H100 the runtime
+  // takes the H200's until an H100 re-tune replaces them.
+  const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", false}, {"NVIDIA H200", true}};
   for (const auto& [gpu, current] : gpus) {
     CAPTURE(gpu);
     DeviceInfo dev;
@@ -419,9 +422,11 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
     CAPTURE(exact.skipped.size());
     using runtime::Source;
     CHECK(exact.source == (current ? Source::exact : Source::same_arch));
-    if (!current) {
+    if (!current) {  // another GPU's row of this build's kernels, same arch
       REQUIRE(exact.entry);
-      CHECK(exact.entry->device.name == "NVIDIA H100 80GB HBM3");
+      CHECK(exact.entry->device.name != gpu);
+      CHECK(exact.entry->device.arch == "sm_90");
+      CHECK(exact.entry->kernel_hash == kKernelSourceHash);
     }
     CHECK(r.resolve(p.with_tokens(1024), nullptr).source == (current ? Source::exact : Source::same_arch));
     CHECK(r.resolve(p.with_tokens(6000), nullptr).source == (current ? Source::nearest : Source::same_arch));

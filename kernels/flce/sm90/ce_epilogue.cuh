@@ -277,9 +277,15 @@ class CeStatsEpilogue {
     // Llama-3-8B, 2.19 → 2.10 M cycles, tensor pipe busy 91% → 95%, 1.453 →
     // 1.417 ms (H100, ncu; docs/results.md, forty-third session; the
     // statistics-only GEMM: 2.07 M, 96%). ld_tile keeps rows 16-byte aligned
-    // (the tile is a TMA operand of the dX and dW GEMMs: check_tma).
+    // (the tile is a TMA operand of the dX and dW GEMMs: check_tma). Not where
+    // a softcap's q is stored (the one-pass branch below): there the epilogue
+    // is bound by its exponentials' latency chains, not by the stores, and the
+    // shuffles lengthen them (Gemma-2-2B's GEMM, 1024 rows: 2.51 M cycles and
+    // tensor pipe busy 90% with pair stores, 2.73 M and 82% with these; H100,
+    // ncu; docs/results.md, forty-fourth session).
     static_assert(kC % 8 == 0, "a row's pairs come in groups of four");
-    const bool odd_lane = thread_idx & 1, high_lane = thread_idx & 2;
+    const int lane_q = thread_idx & 3;  // the lane's place in its quad
+    const bool odd_lane = lane_q & 1, high_lane = lane_q & 2;
     uint32_t held[kR][4];
     auto put_pair = [&](auto full, int r, int col, bool in, bool ok1, uint32_t bits) CELTUNE_INLINE {
       if constexpr (decltype(full)::value) {
@@ -305,7 +311,6 @@ class CeStatsEpilogue {
         }
         // From this lane's col0 (the quad's first column + 2q), group j − 3 =
         // 4g starts at col − col0 − 24, and group 4g + q at 8q − 2q past that.
-        const int lane_q = thread_idx & 3;
         *reinterpret_cast<uint4*>(row_at[r] + (col - col0) - 24 + 6 * lane_q) = make_uint4(v[0], v[1], v[2], v[3]);
       } else if (in) {
         store_pair(r, col, ok1, bits);
@@ -398,8 +403,8 @@ class CeStatsEpilogue {
           sum[r] += t0 + t1;
           if (smoothing) sz[r] += (ok0 ? y0 : 0.0f) + (ok1 ? y1 : 0.0f);
           if constexpr (decltype(store_q)::value) {
-            // q = exp(ẑ − s)·(1 − tanh²)
-            put_pair(full, r, col, in, ok1,
+            // q = exp(ẑ − s)·(1 − tanh²), a pair a store (put_pair's comment)
+            put_pair(cute::false_type{}, r, col, in, ok1,
                      pack_pair<Element>(t0 * softcap_dtanh_quarter(e0, r0), t1 * softcap_dtanh_quarter(e1, r1)));
           }
         });

@@ -24,7 +24,8 @@ def main(path):
     for (mode, n, h, v), odd in sorted(times.items()):
         if v % 128 == 0:
             continue
-        padded = times.get((mode, n, h, (v + 127) // 128 * 128))
+        v_pad = (v + 127) // 128 * 128
+        padded = times.get((mode, n, h, v_pad))
         if not padded or len(padded) != len(odd):
             lines.append(f"{mode} N={n} H={h} V={v}: no matching rounds at the padded width")
             worst = float("inf")
@@ -33,7 +34,7 @@ def main(path):
         per = [a / b for a, b in zip(odd, padded)]
         worst = max(worst, ratio)
         lines.append(f"{mode} N={n} H={h} V={v}: {statistics.median(odd):.3f} ms against "
-                     f"{statistics.median(padded):.3f} at V={(v + 127) // 128 * 128}: {ratio:.3f}x "
+                     f"{statistics.median(padded):.3f} at V={v_pad}: {ratio:.3f}x "
                      f"(rounds {min(per):.3f}-{max(per):.3f}, {len(per)} rounds)")
     if not lines:
         print(f"unaligned_summary: no flce rows at an odd vocabulary in {path}")

@@ -91,6 +91,16 @@ std::string exported_best(TempDir& t) {
   return out.str();
 }
 
+// One SQL statement run on a database file behind the Store's back (a user's
+// or a tool's edit); returns SQLite's result code.
+int edit_raw(const std::string& path, const char* sql) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+  const int rc = sqlite3_exec(raw, sql, nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  return rc;
+}
+
 }  // namespace
 
 TEST_CASE("store: write, read back, and export → import → export is lossless") {
@@ -446,17 +456,10 @@ TEST_CASE("store: damaged, foreign and newer databases are refused with an envir
   {  // a newer schema
     db::Store s(t.file("new.sqlite"), db::Access::read_write);
   }
-  sqlite3* raw = nullptr;
-  REQUIRE(sqlite3_open(t.file("new.sqlite").c_str(), &raw) == SQLITE_OK);
-  sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
-  sqlite3_close(raw);
+  edit_raw(t.file("new.sqlite"), "PRAGMA user_version = 99");
   CHECK(refuses(t.file("new.sqlite"), db::Access::read_only));
   CHECK(refuses(t.file("new.sqlite"), db::Access::read_write));
-  {  // someone else's database: tables, no version; we must not touch it
-    REQUIRE(sqlite3_open(t.file("foreign.sqlite").c_str(), &raw) == SQLITE_OK);
-    sqlite3_exec(raw, "CREATE TABLE t (x)", nullptr, nullptr, nullptr);
-    sqlite3_close(raw);
-  }
+  edit_raw(t.file("foreign.sqlite"), "CREATE TABLE t (x)");  // someone else's database: tables, no version
   CHECK(refuses(t.file("foreign.sqlite"), db::Access::read_write));
   // Read-only never creates a file.
   CHECK(refuses(t.file("absent.sqlite"), db::Access::read_only));
@@ -472,9 +475,7 @@ TEST_CASE("store: damaged, foreign and newer databases are refused with an envir
     db::Store s(t.file("text.sqlite"), db::Access::read_write);
     s.put_best(best(fictional(), 4096, 1.0, 256));
   }
-  REQUIRE(sqlite3_open(t.file("text.sqlite").c_str(), &raw) == SQLITE_OK);
-  CHECK(sqlite3_exec(raw, "UPDATE best SET median_ms = 'fast'", nullptr, nullptr, nullptr) == SQLITE_OK);
-  sqlite3_close(raw);
+  CHECK(edit_raw(t.file("text.sqlite"), "UPDATE best SET median_ms = 'fast'") == SQLITE_OK);
   db::Store s(t.file("text.sqlite"), db::Access::read_only);
   CHECK_THROWS_WITH_AS(s.best_entries(), doctest::Contains("median_ms holds text"), Error);
 }
@@ -521,10 +522,7 @@ TEST_CASE("store: a problem row whose shape columns disagree with its key is dam
     CAPTURE(edit);
     const std::string copy = t.file("edited.sqlite");
     fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
-    sqlite3* raw = nullptr;
-    REQUIRE(sqlite3_open(copy.c_str(), &raw) == SQLITE_OK);
-    REQUIRE(sqlite3_exec(raw, edit, nullptr, nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(raw);
+    REQUIRE(edit_raw(copy, edit) == SQLITE_OK);
     const db::Store s(copy, db::Access::read_only);  // a failed check is not cached: each reader repeats it
     CHECK_THROWS_WITH_AS(s.best_entries(), doctest::Contains("disagree with its key"), Error);
     CHECK_THROWS_WITH_AS(s.best_for_shape(problem(4096)), doctest::Contains("disagree with its key"), Error);

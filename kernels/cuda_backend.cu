@@ -295,11 +295,13 @@ class FloorWorkload : public EventTimedWorkload {
   GemmShape logits_{}, dx_shape_{}, dw_shape_{};
 };
 
-template <typename F>
-double median_ms(F&& f, int runs) {
+// `before` runs ahead of each timed run, outside the events (a cache flush).
+template <typename F, typename B = void (*)()>
+double median_ms(F&& f, int runs, B&& before = [] {}) {
   EventTimer timer;
   std::vector<double> t;
   for (int i = 0; i < runs + 3; ++i) {  // three warm-ups
+    before();
     const double ms = timer(f);
     if (i >= 3) t.push_back(ms);
   }
@@ -421,6 +423,15 @@ class CudaBackend : public Backend {
     }
     // ce's bytes in one copy: forward moves N·V elements (half read, half
     // written), forward+backward 2·N·V; each copy reads and writes half of it.
+    // Timed as the ce rows are, after a flush of L2: the copies up to a few MB
+    // otherwise read their source from L2 where the ce kernel reads device
+    // memory, and their launch waited on the host, which the ce rows' flush
+    // hides (H100 and H200, .gpu-x/probe/fewrows.cu: an empty kernel 2.8–3.2 µs
+    // after a flush, 6.2–6.8 µs without; a copy of 128 KB 3.8–4.0 µs cold,
+    // 6.9–7.0 hot).
+    Buffer flush(2 * static_cast<size_t>(l2_bytes_));
+    unsigned flushes = 0;
+    auto flush_l2 = [&] { CELTUNE_CUDA(cudaMemsetAsync(flush.get(), static_cast<int>(++flushes & 0xff), flush.bytes())); };
     for (int bwd = 0; bwd < 2; ++bwd) {
       int64_t moved = 0;
       if (__builtin_mul_overflow(p.tokens, p.vocab * static_cast<int64_t>(e) * (bwd + 1), &moved)) continue;
@@ -428,7 +439,8 @@ class CudaBackend : public Backend {
       if (half == 0 || half > (size_t{1} << 30)) continue;
       Buffer a(half), b(half);
       CELTUNE_CUDA(cudaMemset(a.get(), 1, half));
-      f.ce_copy_ms[bwd] = median_ms([&] { CELTUNE_CUDA(cudaMemcpyAsync(b.get(), a.get(), half, cudaMemcpyDeviceToDevice)); }, 20);
+      f.ce_copy_ms[bwd] =
+          median_ms([&] { CELTUNE_CUDA(cudaMemcpyAsync(b.get(), a.get(), half, cudaMemcpyDeviceToDevice)); }, 20, flush_l2);
     }
     if (p.family != Family::flce) return f;
     f.gemm_vocab = FloorWorkload::padded_vocab(p);

@@ -90,6 +90,16 @@ __device__ __forceinline__ int64_t target_of(const LossParams& p, int64_t row) {
                        : static_cast<int64_t>(static_cast<const int32_t*>(p.targets)[row]);
 }
 
+// Starts a row's target on its way into L2 without holding a register for it:
+// the split statistics read it only after their sweep, which at a few rows made
+// its load from device memory one more round trip at the end of the call, and
+// part_kernel_64 has no register to spare through the sweep.
+__device__ __forceinline__ void prefetch_target(const LossParams& p, int64_t row) {
+  const void* a = p.targets_i64 ? static_cast<const void*>(static_cast<const int64_t*>(p.targets) + row)
+                                : static_cast<const void*>(static_cast<const int32_t*>(p.targets) + row);
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+}
+
 // Valid: not ignored and inside [0, V). Out-of-range targets are reported by
 // count_targets; here they are treated as ignored so no kernel reads out of bounds.
 __device__ __forceinline__ bool valid_target(const LossParams& p, int64_t y) {
@@ -1181,14 +1191,14 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
 // tile a thread, seg ≤ block_size), so a block's chain is one load, one exchange
 // and one store, and a row of V = 128256 runs on 63 SMs instead of 8.
 //
-// The exchange goes through global memory: each block publishes its partial and
-// counts itself in at its row's counter (release). Forward: the last block to
-// arrive merges the row. Forward+backward: every block waits until its row's
+// The exchange goes through global memory: each block publishes its partial.
+// Forward: every block arrives at the call's counter, and the last to arrive
+// merges every row and ends the call (finish_rows). Forward+backward: each block
+// counts itself in at its row's counter (release) and waits until its row's
 // count is full (acquire), so all blocks of a row must be resident at once: the
 // launch is cooperative and check() refuses a grid the GPU cannot hold. Each
-// block then merges the row's partials in the same fixed order (a warp, lanes
-// over partials k, k+32, …, then a butterfly: merge and + are commutative, so
-// every lane and every block gets the same bits), and writes its dZ. The
+// block then merges the row's partials in the same fixed order (merge_row_parts:
+// every block gets the same bits), and writes its dZ. The
 // counters (Context::ce_counters) are zero between calls: the last block to
 // leave a row returns its counter to zero.
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
@@ -1202,24 +1212,97 @@ __device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned x) {
   return old;
 }
 
-// A row's partials (m, d, Σẑ, ẑ_target) merged by one warp in a fixed order:
-// lanes over partials k, k+32, …, then a butterfly. merge and + are commutative,
-// so every lane, and every block that merges the same row, gets the same bits.
-// Read through L2: other blocks wrote them in this launch.
-__device__ __forceinline__ void merge_row_parts(const float4* q, int splits, float& m, float& d, float& zs,
-                                                float& zt) {
+// A row's partials (m, d, Σẑ, ẑ_target) merged by a group of G lanes (G a power
+// of two ≤ 32; the group's lanes are consecutive, `gl` the lane's place in it)
+// in a fixed order: each lane merges partials gl, gl+G, … in turn, then the
+// group takes the max of the lanes' m and sums their d, each scaled once to that
+// max, and their Σẑ and ẑ_target, in butterflies. Every lane of the group, and
+// every block that merges the same row with the same G, gets the same bits. The
+// butterfly of pairwise merges this replaces had two exponentials in each of its
+// five dependent steps (H100, globaltimer inside the kernel: ~1 µs of a few
+// rows' 7 µs call went to the merge). A lane's loads, up to kAhead of them, are
+// in flight together. Read through L2: other blocks wrote them in this launch.
+// `valid` false: the lane's group has no row (its loads are skipped, the
+// shuffles still taken: every lane of the warp must reach them).
+__device__ __forceinline__ void merge_row_parts(const float4* q, int splits, int G, int gl, bool valid, float& m,
+                                                float& d, float& zs, float& zt) {
+  constexpr int kAhead = 4;
   m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
-  for (int k = threadIdx.x % 32; k < splits; k += 32) {
-    const float4 e = __ldcg(q + k);
-    merge(m, d, e.x, e.y);
-    zs += e.z, zt += e.w;
-  }
+  for (int k0 = gl; k0 < splits; k0 += G * kAhead) {
+    float4 e[kAhead];
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, m, off), od = __shfl_xor_sync(0xffffffffu, d, off);
-    merge(m, d, om, od);
+    for (int j = 0; j < kAhead; ++j)
+      e[j] = valid && k0 + j * G < splits ? __ldcg(q + k0 + j * G) : make_float4(kNegInf, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) merge(m, d, e[j].x, e[j].y), zs += e[j].z, zt += e[j].w;
+  }
+  float M = m;
+  for (int off = G / 2; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+  // An empty lane (m = −inf) adds nothing; no row at all (M = −inf) stays d = 0.
+  d = m == kNegInf ? 0.0f : d * __expf(m - M);
+  for (int off = G / 2; off > 0; off >>= 1) {
+    d += __shfl_xor_sync(0xffffffffu, d, off);
     zs += __shfl_xor_sync(0xffffffffu, zs, off);
     zt += __shfl_xor_sync(0xffffffffu, zt, off);
+  }
+  m = M;
+}
+
+// The lanes a row's merge takes: a warp from 32 partials up, else the power of
+// two that covers them (four rows of 8 partials share a warp).
+__device__ __forceinline__ int merge_group(int splits) {
+  int g = 1;
+  while (g < splits && g < 32) g *= 2;
+  return g;
+}
+
+// The forward's end in one arrival (forward, a few rows): every block of the
+// launch has published its segment's partial in `parts` ([rows][splits]) and
+// arrived at one.done; the last to arrive merges every row (merge_row_parts,
+// merge_group's lanes a row, so a warp a row wherever the spread backward
+// merges a row: the same bits in both modes), writes its LSE and token loss,
+// counts the targets and reduces the loss, all in one sweep whose sums meet in
+// shared memory behind one barrier. A row's last block and then the call's
+// last, two arrivals in a row, and three block-wide reductions after them, cost
+// a few rows' forward several µs (H100, globaltimer inside the kernel); with
+// this end, the acquire-release arrival and the target from registers, the
+// forward at 1–4 rows took 15–18% less time on the H100 (docs/results.md).
+__device__ __forceinline__ void finish_rows(const LossParams& p, const float4* parts, int splits, int64_t r0,
+                                            int64_t rows, float* lse, float* token_loss, const OneLaunch& one) {
+  const int G = merge_group(splits), lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const int per_warp = 32 / G, gl = lane % G;
+  float acc = 0.0f;  // the group's first lane's token losses, its rows in order
+  long long c = 0, b = INT64_MAX;
+  for (int64_t base = int64_t{warp} * per_warp; base < rows; base += int64_t{nwarps} * per_warp) {
+    const int64_t r = base + lane / G;
+    const bool valid = r < rows;
+    const int64_t y = valid && gl == 0 ? target_of(p, r0 + r) : p.ignore_index;
+    float m, d, zs, zt;
+    merge_row_parts(parts + r * splits, splits, G, gl, valid, m, d, zs, zt);
+    if (valid && gl == 0) {
+      const float L = m + logf(d), l = row_loss(p, L, zs, zt, y);
+      lse[r0 + r] = L, token_loss[r0 + r] = l;
+      acc += l;
+      count_target(p, r0 + r, y, c, b);
+    }
+  }
+  // The groups' sums in a fixed order: lanes, then warps.
+  __shared__ float s_acc[32];
+  __shared__ long long s_c[32], s_b[32];
+  for (int off = 16; off > 0; off >>= 1) {
+    acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    c += __shfl_xor_sync(0xffffffffu, c, off);
+    b = min(b, __shfl_xor_sync(0xffffffffu, b, off));
+  }
+  if (lane == 0) s_acc[warp] = acc, s_c[warp] = c, s_b[warp] = b;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    long long count = 0, first = INT64_MAX;
+    for (int w = 0; w < nwarps; ++w) total += s_acc[w], count += s_c[w], first = min(first, s_b[w]);
+    *one.n_valid = count, *one.bad = first == INT64_MAX ? -1 : first;
+    *one.loss = reduced_loss(total, p.reduction, count);
+    *one.done = 0;
   }
 }
 
@@ -1227,7 +1310,7 @@ template <typename T, int ELEMS>
 __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
                                                       float* lse, float* token_loss, bool grad, OneLaunch one) {
   __shared__ float s_L, s_c;
-  __shared__ bool s_go, s_owner;
+  __shared__ bool s_owner;
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, y = target_of(p, gr), v0 = v.v0 + g.c0;
   const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
@@ -1242,10 +1325,26 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   } else {
     load_masked<T, ELEMS>(row, mine, g.cols, x);
   }
-  const float zt = threadIdx.x == 0 ? target_logit(p, row, v0, g.cols, y) : 0.0f;
-  int64_t n = 0, bad = -1;  // while the loads fly
-  block_count_targets(p, one.tokens, n, bad);
-  if (threadIdx.x == 0 && blockIdx.x == 0) *one.n_valid = n, *one.bad = bad;
+  // ẑ at the target, from the registers of the thread that holds it, to thread 0
+  // through shared memory (behind block_partial's barrier): its own load after
+  // the target's was one more round trip on the call's path (~0.9 µs of a few
+  // rows' 7 µs on the H100).
+  __shared__ float s_zt;
+  const bool holds_target = valid_target(p, y) && y >= v0 + mine && y < v0 + min(mine + ELEMS, g.cols);
+  if (holds_target) {
+    float z = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ELEMS; ++k)
+      if (v0 + mine + k == y) z = x[k];
+    if (p.bias) z += Conv<T>::to(static_cast<const T*>(p.bias)[y]);
+    s_zt = p.softcap > 0.0f ? softcap_fast(z, p.softcap, 1.0f / p.softcap) : z;
+  }
+  const bool block_holds_target = valid_target(p, y) && y >= v0 && y < v0 + g.cols;
+  int64_t n = 0, bad = -1;  // while the loads fly; the forward's end counts them itself (finish_rows)
+  if (grad) {
+    block_count_targets(p, one.tokens, n, bad);
+    if (threadIdx.x == 0 && blockIdx.x == 0) *one.n_valid = n, *one.bad = bad;
+  }
   ThreadStats t;
   {
     float z[ELEMS];
@@ -1254,26 +1353,26 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
     fold_tile<T, ELEMS>(p, v0 + mine, g.cols - mine, z, t.m, t.d, t.zs);
   }
   const Partial s = block_partial(t);
+  const float zt = block_holds_target ? s_zt : 0.0f;  // valid in thread 0
+  if (threadIdx.x == 0) parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
+  if (!grad) {
+    if (last_to_arrive(one.done, gridDim.x)) finish_rows(p, parts, splits, v.r0, v.rows, lse, token_loss, one);
+    return;
+  }
   unsigned* const count = one.rows + g.r;
   if (threadIdx.x == 0) {
-    parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
-    const unsigned before = add_acq_rel(count, 1u);
-    if (grad) {
-      while (load_acquire(count) < static_cast<unsigned>(splits)) __nanosleep(32);
-      // Leaving: the last block out returns the counter to zero (every block has
-      // seen it full by then, so no one still waits on it).
-      if (add_acq_rel(count, 1u) == 2u * static_cast<unsigned>(splits) - 1u) *count = 0;
-      s_go = true, s_owner = g.c0 == 0;
-    } else {
-      s_go = s_owner = before == static_cast<unsigned>(splits) - 1u;
-      if (s_go) *count = 0;  // the others have left
-    }
+    add_acq_rel(count, 1u);
+    while (load_acquire(count) < static_cast<unsigned>(splits)) __nanosleep(32);
+    // Leaving: the last block out returns the counter to zero (every block has
+    // seen it full by then, so no one still waits on it).
+    if (add_acq_rel(count, 1u) == 2u * static_cast<unsigned>(splits) - 1u) *count = 0;
+    s_owner = g.c0 == 0;
   }
   __syncthreads();
-  if (!s_go) return;
   if (threadIdx.x < 32) {
     float m, d, zs, zsum_t;
-    merge_row_parts(parts + g.r * splits, splits, m, d, zs, zsum_t);
+    const int G = merge_group(splits);
+    merge_row_parts(parts + g.r * splits, splits, G, threadIdx.x % G, true, m, d, zs, zsum_t);
     if (threadIdx.x == 0) {
       const float L = m + logf(d);
       if (s_owner) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zsum_t, y);
@@ -1300,16 +1399,17 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
 // ---- the split statistics (ce_split_stats) ----
 // The ce family's statistics: block b folds segment b % splits of row b / splits.
 // A whole row (one segment) is written by its block. Up to kCeOneLaunchTokens
-// rows (one.on) the call ends in the same launch: a split row's partials are
-// merged by the row's last block to arrive (a counter a row, as in
-// spread_kernel's forward), and each block that writes a row's token loss then
-// arrives at finish_split, whose last arrival counts the targets and reduces the
-// loss. At a few hundred rows a forward is 10–30 µs, of which the launches that
-// merged the rows and reduced the loss took several (H100: 4–19% of it). Past
-// that, merge_parts_kernel and count_reduce_kernel end the call.
+// rows (one.on) the call ends in the same launch: split rows' partials are
+// merged by the call's last block to arrive (finish_rows, as in spread_kernel's
+// forward); whole rows' blocks write their token losses and arrive at
+// finish_split, whose last arrival counts the targets and reduces the loss. At a
+// few hundred rows a forward is 10–30 µs, of which the launches that merged the
+// rows and reduced the loss took several (H100: 4–19% of it). Past that,
+// merge_parts_kernel and count_reduce_kernel end the call.
 template <typename T, int ELEMS, bool kPlainSweep>
 __device__ __forceinline__ void part_segment(const TileView& v, const LossParams& p, int64_t seg, int splits,
                                              float4* parts, float* lse, float* token_loss, const OneLaunch& one) {
+  if (threadIdx.x == 0) prefetch_target(p, v.r0 + blockIdx.x / splits);
   Partial s;
   {
     const Segment g(v, seg, splits);
@@ -1329,7 +1429,6 @@ __device__ __forceinline__ void part_segment(const TileView& v, const LossParams
   unsigned b;
   asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(b));
   const int64_t r = b / splits, c0 = (b % splits) * seg, gr = v.r0 + r;
-  __shared__ bool s_owner;  // this block writes the row's token loss
   if (threadIdx.x == 0) {
     const int64_t y = target_of(p, gr);
     const float zt = target_logit(p, static_cast<const T*>(v.tile) + r * v.ld + c0, v.v0 + c0, min(seg, v.cols - c0), y);
@@ -1337,28 +1436,14 @@ __device__ __forceinline__ void part_segment(const TileView& v, const LossParams
       const float L = s.m + logf(s.d);
       lse[gr] = L;
       token_loss[gr] = row_loss(p, L, s.zs, zt, y);
-      s_owner = true;
     } else {
       parts[b] = make_float4(s.m, s.d, s.zs, zt);
-      s_owner = false;
-      if (one.on) {
-        unsigned* const count = one.rows + r;
-        s_owner = add_acq_rel(count, 1u) == static_cast<unsigned>(splits) - 1u;
-        if (s_owner) *count = 0;  // the others have left
-      }
     }
   }
   if (!one.on) return;  // merge_parts_kernel and count_reduce_kernel end the call
-  __syncthreads();
-  if (!s_owner) return;
-  if (splits > 1 && threadIdx.x < 32) {
-    float m, d, zs, zt;
-    merge_row_parts(parts + r * splits, splits, m, d, zs, zt);
-    if (threadIdx.x == 0) {
-      const float L = m + logf(d);
-      lse[gr] = L;
-      token_loss[gr] = row_loss(p, L, zs, zt, target_of(p, gr));
-    }
+  if (splits > 1) {
+    if (last_to_arrive(one.done, gridDim.x)) finish_rows(p, parts, splits, v.r0, v.rows, lse, token_loss, one);
+    return;
   }
   finish_split(p, token_loss, one.tokens, static_cast<unsigned>(v.rows), one);
 }

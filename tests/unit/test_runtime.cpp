@@ -405,8 +405,8 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
   // kernel change without re-tuning makes every shipped entry stale: this fails
   // then, until db/tuned/ is re-tuned and re-exported for each GPU. A GPU set
   // false here has stale rows only: the runtime skips them and borrows another
-  // GPU's of the same arch. Both GPUs' rows are 5dca2ecc68a33dba's (the H200
-  // re-tuned in the forty-fourth session, the H100 in the forty-fifth).
+  // GPU's of the same arch. Both GPUs' rows are a1c6397c577697d8's (both
+  // re-tuned in the forty-sixth session).
   const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", true}, {"NVIDIA H200", true}};
   for (const auto& [gpu, current] : gpus) {
     CAPTURE(gpu);

@@ -1,0 +1,196 @@
+// What a few rows' ce forward can cost at best (docs/results.md, forty-sixth
+// session): a copy of the bytes timed cold (after an L2 flush, as bench times the
+// ce rows) and hot, against kernels that read the same bytes and reduce them with
+// no exchange between blocks, one (a fence and an atomic, the last block merges),
+// two (a row's last block, then the call's), or a cluster's exchange through
+// distributed shared memory. Event timed, medians; nothing of celtune is linked.
+// (kernels/cuda_backend.cu's floor comment names this file by the untracked path
+// it was first run from, .gpu-x/probe/fewrows.cu.)
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o fewrows scripts/probe/fewrows.cu && ./fewrows
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <algorithm>
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1);} } while (0)
+
+__global__ void empty_kernel() {}
+
+__device__ unsigned g_count[1024];
+__device__ unsigned g_call;
+
+template <int MODE>  // 0: each block writes its sum; 1: one counter, last block merges; 2: row counter then call counter
+__global__ void __launch_bounds__(256) read_reduce(const uint4* in, long long vecs_per_block, float* part, float* out, int rows, int splits) {
+  float s = 0.f;
+  const uint4* p = in + blockIdx.x * vecs_per_block;
+  constexpr int D = 8;
+  for (long long i = threadIdx.x; i < vecs_per_block; i += 256 * D) {
+    uint4 v[D];
+#pragma unroll
+    for (int k = 0; k < D; ++k) v[k] = (i + k * 256 < vecs_per_block) ? __ldg(p + i + k * 256) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < D; ++k) s += __uint_as_float(v[k].x << 16) + __uint_as_float(v[k].y << 16) + __uint_as_float(v[k].z << 16) + __uint_as_float(v[k].w << 16);
+  }
+  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+  __shared__ float w[8];
+  __shared__ bool last;
+  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0;
+    for (int k = 0; k < 8; ++k) t += w[k];
+    part[blockIdx.x] = t;
+    if (MODE == 0) { last = false; }
+    else if (MODE == 1) {
+      __threadfence();
+      last = atomicAdd(&g_call, 1u) == gridDim.x - 1;
+      if (last) g_call = 0;
+    } else {
+      __threadfence();
+      const int r = blockIdx.x / splits;
+      bool row_last = atomicAdd(&g_count[r], 1u) == splits - 1;
+      last = false;
+      if (row_last) {
+        g_count[r] = 0;
+        float t2 = 0;
+        for (int k = 0; k < splits; ++k) t2 += __ldcg(part + r * splits + k);
+        part[gridDim.x + r] = t2;
+        __threadfence();
+        last = atomicAdd(&g_call, 1u) == rows - 1;
+        if (last) g_call = 0;
+      }
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  float t = 0;
+  const int n = MODE == 1 ? gridDim.x : rows;
+  const float* q = MODE == 1 ? part : part + gridDim.x;
+  for (int k = threadIdx.x; k < n; k += 256) t += __ldcg(q + k);
+  for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(~0u, t, o);
+  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = t;
+  __syncthreads();
+  if (threadIdx.x == 0) { float u = 0; for (int k = 0; k < 8; ++k) u += w[k]; *out = u; }
+}
+
+
+// MODE 3: a row per cluster (splits blocks); partials pushed into rank 0's shared
+// memory, one cluster barrier (arrive.release / wait.acquire); rank 0 merges; with
+// rows > 1 the rank-0 blocks then take one global level (fence + atomic).
+__global__ void __launch_bounds__(256) read_cluster(const uint4* in, long long vecs_per_block, float* part, float* out, int rows, int splits) {
+  cg::cluster_group cl = cg::this_cluster();
+  __shared__ float inbox[16];
+  __shared__ float w[8];
+  __shared__ bool last;
+  float s = 0.f;
+  const uint4* p = in + blockIdx.x * vecs_per_block;
+  constexpr int D = 8;
+  for (long long i = threadIdx.x; i < vecs_per_block; i += 256 * D) {
+    uint4 v[D];
+#pragma unroll
+    for (int k = 0; k < D; ++k) v[k] = (i + k * 256 < vecs_per_block) ? __ldg(p + i + k * 256) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < D; ++k) s += __uint_as_float(v[k].x << 16) + __uint_as_float(v[k].y << 16) + __uint_as_float(v[k].z << 16) + __uint_as_float(v[k].w << 16);
+  }
+  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = s;
+  __syncthreads();
+  const unsigned rank = cl.block_rank();
+  if (threadIdx.x == 0) {
+    float t = 0;
+    for (int k = 0; k < 8; ++k) t += w[k];
+    float* dst = cl.map_shared_rank(inbox, 0);
+    dst[rank] = t;
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+  if (rank != 0) { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); return; }
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  if (threadIdx.x == 0) {
+    float t = 0;
+    for (int k = 0; k < splits; ++k) t += inbox[k];
+    const int r = blockIdx.x / splits;
+    if (rows == 1) { *out = t; return; }
+    part[r] = t;
+    __threadfence();
+    last = atomicAdd(&g_call, 1u) == rows - 1;
+    if (last) g_call = 0;
+  }
+  __syncthreads();
+  if (rows == 1 || !last) return;
+  float t = 0;
+  for (int k = threadIdx.x; k < rows; k += 256) t += __ldcg(part + k);
+  for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(~0u, t, o);
+  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = t;
+  __syncthreads();
+  if (threadIdx.x == 0) { float u = 0; for (int k = 0; k < 8; ++k) u += w[k]; *out = u; }
+}
+
+static char* g_flush; static size_t g_flush_bytes; static int g_flips;
+template <class F> double med_us(F f, bool flush, int runs = 200) {
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < runs + 5; ++i) {
+    if (flush) CK(cudaMemsetAsync(g_flush, (++g_flips) & 0xff, g_flush_bytes));
+    CK(cudaEventRecord(a)); f(); CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); if (i >= 5) t.push_back(ms * 1000);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
+  return t[t.size() / 2];
+}
+
+int main() {
+  int l2 = 0, sms = 0; CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0)); CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaDeviceProp pr; CK(cudaGetDeviceProperties(&pr, 0));
+  printf("device %s, %d SMs, L2 %d MB\n", pr.name, sms, l2 >> 20);
+  g_flush_bytes = 2 * (size_t)l2; CK(cudaMalloc(&g_flush, g_flush_bytes));
+  const size_t maxb = 128u << 20;
+  char *src, *dst; CK(cudaMalloc(&src, maxb)); CK(cudaMalloc(&dst, maxb));
+  CK(cudaMemset(src, 0x3c, maxb));
+  float *part, *out; CK(cudaMalloc(&part, 1 << 22)); CK(cudaMalloc(&out, 64));
+  CK(cudaFuncSetAttribute(read_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  printf("empty<<<1,32>>>        cold %.2f us  hot %.2f us\n", med_us([] { empty_kernel<<<1, 32>>>(); }, true), med_us([] { empty_kernel<<<1, 32>>>(); }, false));
+  printf("empty<<<2*sms,256>>>   cold %.2f us  hot %.2f us\n", med_us([&] { empty_kernel<<<2 * sms, 256>>>(); }, true), med_us([&] { empty_kernel<<<2 * sms, 256>>>(); }, false));
+  // Sizes: half of ce forward's bytes (the floor's copy) at (N, V) bf16: N*V bytes.
+  struct S { int n; int v; };
+  const S shapes[] = {{1, 32000}, {1, 128256}, {1, 256000}, {4, 128256}, {16, 128256}, {64, 128256}, {64, 256000}, {256, 128256}, {512, 128256}, {512, 32000}};
+  printf("%-12s %9s %9s | %9s %9s | %s\n", "N x V", "copyCold", "copyHot", "read0", "", "best read/1-level/2-level (blocks)");
+  for (const S& s : shapes) {
+    const size_t half = (size_t)s.n * s.v;  // bytes of the floor's copy
+    const size_t full = 2 * half;           // forward reads N*V*2 bytes
+    double cc = med_us([&] { CK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice)); }, true);
+    double ch = med_us([&] { CK(cudaMemcpyAsync(dst, src, half, cudaMemcpyDeviceToDevice)); }, false);
+    double best[3] = {1e9, 1e9, 1e9}; int bestg[3] = {0, 0, 0};
+    for (int splits : {1, 2, 4, 8, 16, 32, 64, 128}) {
+      long long blocks = (long long)s.n * splits;
+      if (blocks > 4096 || blocks < 1) continue;
+      long long vpb = (long long)(full / 16) / blocks;
+      if (vpb < 64) continue;
+      for (int mode = 0; mode < 3; ++mode) {
+        double t;
+        if (mode == 0) t = med_us([&] { read_reduce<0><<<blocks, 256>>>((const uint4*)src, vpb, part, out, s.n, splits); }, true, 100);
+        else if (mode == 1) t = med_us([&] { read_reduce<1><<<blocks, 256>>>((const uint4*)src, vpb, part, out, s.n, splits); }, true, 100);
+        else t = med_us([&] { read_reduce<2><<<blocks, 256>>>((const uint4*)src, vpb, part, out, s.n, splits); }, true, 100);
+        CK(cudaGetLastError());
+        if (t < best[mode]) best[mode] = t, bestg[mode] = splits;
+      }
+    }
+    double bc = 1e9; int bcg = 0;
+    for (int splits : {2, 4, 8, 16}) {
+      long long blocks = (long long)s.n * splits;
+      long long vpb = (long long)(full / 16) / blocks;
+      if (blocks > 4096 || vpb < 64) continue;
+      cudaLaunchConfig_t cfg{}; cfg.gridDim = dim3((unsigned)blocks); cfg.blockDim = dim3(256);
+      cudaLaunchAttribute at{}; at.id = cudaLaunchAttributeClusterDimension; at.val.clusterDim.x = splits; at.val.clusterDim.y = at.val.clusterDim.z = 1;
+      cfg.attrs = &at; cfg.numAttrs = 1;
+      double t = med_us([&] { CK(cudaLaunchKernelEx(&cfg, read_cluster, (const uint4*)src, vpb, part, out, s.n, splits)); }, true, 100);
+      if (t < bc) bc = t, bcg = splits;
+    }
+    printf("%4dx%-7d %8.2f %9.2f | read %6.2f (s%d)  1lvl %6.2f (s%d)  2lvl %6.2f (s%d)  clus %6.2f (s%d) | 1lvl/cold %.2f 2lvl/cold %.2f clus/cold %.2f\n", s.n, s.v, cc, ch,
+           best[0], bestg[0], best[1], bestg[1], best[2], bestg[2], bc, bcg, best[1] / cc, best[2] / cc, bc / cc);
+  }
+  CK(cudaDeviceSynchronize());
+  return 0;
+}

@@ -161,6 +161,14 @@ std::string file_uri(const std::string& path, const char* query) {
   std::error_code ec;
   const std::filesystem::path abs = std::filesystem::absolute(path, ec);
   if (ec) fail_env("cannot resolve database path " + path + ": " + ec.message());
+  // SQLite's unix VFS keeps a path in 512 bytes with room for "-journal": a
+  // database's absolute path of 505 bytes or more failed as "unable to open
+  // database file" (SQLite 3.40), in every command.
+  constexpr size_t kMaxPath = 504;
+  if (abs.string().size() > kMaxPath)
+    fail_env("cannot open database " + path + ": its absolute path is " + std::to_string(abs.string().size()) +
+             " bytes long, and SQLite opens databases of at most " + std::to_string(kMaxPath) +
+             "; use a shorter path (a link, or a folder nearer the root)");
   std::string u = "file:";
   for (unsigned char c : abs.string()) {
     if (c == '%' || c == '?' || c == '#' || c < 0x20) {

@@ -865,6 +865,53 @@ contains err "journal file of database" "merge names the journal file it refuses
 expect 2 "import --db a database's -wal" -- "$celtune" db --db "$tmp/jbase.sqlite-wal" import /dev/null
 [ ! -s "$tmp/jbase.sqlite-wal" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a -wal was written"; }
 rm -f "$tmp/jbase.sqlite-wal"
+# A log left at a name by a deleted database (its writer killed before the log
+# was folded in) is replayed by SQLite into the next file of that name: a merge
+# into a new OUT there lost every measurement, an import left it malformed, and
+# both exited 0. Refused (exit 3); nothing is placed and the log stays.
+python3 - "$tmp/stale.sqlite" <<'PY'
+import os, shutil, sqlite3, sys
+db = sys.argv[1]
+c = sqlite3.connect(db)
+c.execute("PRAGMA journal_mode=WAL")
+c.execute("CREATE TABLE t(x)")
+c.execute("INSERT INTO t VALUES (1)")
+c.commit()
+shutil.copy(db + "-wal", db + ".log")  # before the close folds the log in
+c.close()
+os.remove(db)
+os.rename(db + ".log", db + "-wal")
+PY
+expect 3 "merge into a new OUT beside a deleted database's log" -- \
+  "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/stale.sqlite"
+contains err "is still there from an earlier database" "merge names the leftover log"
+expect 3 "import into a new database beside a deleted database's log" -- \
+  "$celtune" db --db "$tmp/stale.sqlite" import "$tmp/a-int.jsonl"
+[ ! -e "$tmp/stale.sqlite" ] && [ -s "$tmp/stale.sqlite-wal" ] && [ ! -s "$tmp/out" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a database was placed over a leftover log, or success was said"; }
+rm -f "$tmp/stale.sqlite-wal" "$tmp/stale.sqlite-shm"
+# A new database's summary is printed once it is in place; one that cannot be
+# printed takes the new database away again (it had been printed before the
+# database was placed: a full disk at the close, or a signal, left "imported …"
+# and no database).
+expect 3 "import into a new database, standard output full" -- \
+  bash -c '"$0" db --db "$1" import "$2" >/dev/full' "$celtune" "$tmp/full-new.sqlite" "$tmp/a-int.jsonl"
+[ -z "$(ls "$tmp" | grep '^full-new')" ] && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a new database stayed though its summary was not written"; ls "$tmp" | grep full-new; }
+# Success lines escape the names they echo, as errors do.
+esc="$tmp/esc$(printf '\033')[2J.sqlite"
+expect 0 "import into a database whose name holds an escape" -- "$celtune" db --db "$esc" import "$tmp/a-int.jsonl"
+contains out '\x1b[2J' "the summary escapes the name"
+! grep -q "$(printf '\033')" "$tmp/out" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a raw escape on stdout"; }
+rm -f "$esc"
+# SQLite opens databases whose absolute path is at most 504 bytes: past that,
+# say so (it said "unable to open database file").
+deep="$tmp"
+while [ ${#deep} -lt 480 ]; do deep="$deep/dddddddddddddddddddddddddddddddddddddddd"; done
+mkdir -p "$deep" && cp "$tmp/a.sqlite" "$deep/a-long-name-for-a-database.sqlite"
+expect 3 "a database past SQLite's path length" -- "$celtune" db --db "$deep/a-long-name-for-a-database.sqlite" list
+contains err "SQLite opens databases of at most 504" "the path's length is named"
+rm -rf "$tmp/dddddddddddddddddddddddddddddddddddddddd"
 # A database whose row import would refuse (a median of −1 ms once won the merge).
 cp "$tmp/b.sqlite" "$tmp/damaged.sqlite"
 python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE best SET median_ms = -1"); c.commit()' \

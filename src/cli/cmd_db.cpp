@@ -219,18 +219,27 @@ int do_export(const DbArgs& a) {
 // database that did not exist is written under a temporary name and linked into
 // place once committed and closed, so a failure or an interrupt (Ctrl-C: a merge
 // into a new OUT left an empty schema and an 11 MB -wal as OUT) leaves no OUT
-// at all; where another process created `path` meanwhile (imports started
+// at all; its summary waits until it is in place (printed before, a full disk
+// at the close or a signal left "imported …" on standard output and no
+// database), and a summary that cannot be written then takes the new database
+// away again. Where another process created `path` meanwhile (imports started
 // together into one new database), the records go into that one too.
 void offer_and_report(const std::string& path, const db::Records& records,
                       const std::function<std::string(const db::ImportCounts&)>& summary) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  auto offer = [&](const std::string& file, const std::string& lead) {
+  // Into `file`; the summary printed before the commit, or, with `held`, kept there.
+  auto offer = [&](const std::string& file, const std::string& lead, std::string* held) {
     db::Store s(file, db::Access::read_write);
     bool printed = false;
     try {
       s.write([&] {
-        std::cout << lead << summary(db::offer_records(s, records, kKernelSourceHash)) << '\n';
+        const std::string line = printable_message(lead + summary(db::offer_records(s, records, kKernelSourceHash)));
+        if (held) {
+          *held = line;
+          return;
+        }
+        std::cout << line << '\n';
         flush_stdout();
         printed = true;
       });
@@ -244,25 +253,30 @@ void offer_and_report(const std::string& path, const db::Records& records,
     const FolderTurn turn(path);  // another celtune creating `path` finishes first
     if (!fs::exists(path, ec)) {
       NewDatabase fresh(path);
+      std::string line;
       try {
-        offer(fresh.path(), "");  // closed at the end of the call: SQLite folds its WAL back in
+        offer(fresh.path(), "", &line);  // closed at the end of the call: SQLite folds its WAL back in
       } catch (const Error& e) {
         fresh.rethrow_as(e, path);
       }
-      // From here the summary is out: an error retracts it.
-      const std::string retract = "the line above did not happen: ";
-      try {
-        if (fresh.place(path, true)) return;
-        // Another program took the name meanwhile (not a celtune in its turn,
-        // or no turn was had in time): the records go into that database.
-        offer(path, retract + path + " was created by another process meanwhile; into it: ");
-      } catch (const Error& e) {
-        throw Error(e.status(), retract + e.what());
+      if (fresh.place(path, true)) {
+        try {
+          std::cout << line << '\n';
+          flush_stdout();
+        } catch (const Error& e) {
+          // Ours alone so far (placed a moment ago, in this folder's turn).
+          db::remove_database_files(path);
+          throw Error(e.status(), std::string(e.what()) + "; " + path + " was not created");
+        }
+        return;
       }
+      // Another program took the name meanwhile (not a celtune in its turn, or
+      // no turn was had in time): the records go into that database.
+      offer(path, path + " was created by another process meanwhile; into it: ", nullptr);
       return;
     }
   }
-  offer(path, "");
+  offer(path, "", nullptr);
 }
 
 int do_import(const DbArgs& a) {
@@ -295,7 +309,8 @@ int do_import(const DbArgs& a) {
   // (an empty input left an empty new database that the user never asked for).
   std::error_code exists_ec;
   if (records.empty() && !std::filesystem::exists(path, exists_ec)) {
-    std::cout << "nothing imported: " << source << " holds no records; " << path << " was not created\n";
+    std::cout << printable_message("nothing imported: " + source + " holds no records; " + path + " was not created")
+              << '\n';
     flush_stdout();
     return 0;
   }

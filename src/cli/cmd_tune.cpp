@@ -242,7 +242,7 @@ Action register_tune(CLI::App& app) {
     if (!a->json) {
       std::cout << "devices: ";
       for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";
-      std::cout << "\ndatabase: " << db_path << "\nstrategy: " << a->strategy << ", max scratch " << a->max_scratch
+      std::cout << "\ndatabase: " << printable_message(db_path) << "\nstrategy: " << a->strategy << ", max scratch " << a->max_scratch
                 << "\n\n"
                 << std::flush;
     }

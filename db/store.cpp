@@ -435,13 +435,28 @@ void Store::migrate() {
 // integrity_check's index cross-checks: milliseconds for a tuned database.
 // Readers skip it: the runtime's lookup of a damaged file already warns and falls
 // back to the defaults at the first row it cannot read.
-void Store::check_structure() const {
-  Stmt s(db_, path_, "PRAGMA quick_check(1)");
+namespace {
+// quick_check's first finding, on one line; "ok" when there is none.
+std::string quick_check_first(sqlite3* db, const std::string& path) {
+  Stmt s(db, path, "PRAGMA quick_check(1)");
   std::string first = s.step() ? s.text(0) : std::string("no answer");
   std::replace(first.begin(), first.end(), '\n', ' ');  // "*** in database main ***\nOn tree page …"
+  return first;
+}
+}  // namespace
+
+void Store::check_structure() const {
+  const std::string first = quick_check_first(db_, path_);
   if (first != "ok")
     fail_env("database " + path_ + " is damaged (SQLite's quick_check: " + first +
              "); nothing was written to it. Restore it from a copy or an export, or tune into a new file");
+}
+
+void Store::check_sound() const {
+  const std::string first = quick_check_first(db_, path_);
+  if (first != "ok")
+    fail_env("database " + path_ + " is damaged (SQLite's quick_check: " + first +
+             "); its rows may be incomplete. Restore it from a copy or an export");
 }
 
 void Store::write(const std::function<void()>& fn) {

@@ -133,6 +133,7 @@ std::string outcome(const db::ImportCounts& n, const std::string& input, const s
 int do_list(const DbArgs& a) {
   require_database(db_path(a));
   db::Store s(db_path(a), db::Access::read_only);
+  s.check_sound();
   const auto best = s.best_entries();
   // A row the rules refuse (its config, or a time: damage, since import never
   // stores one) is shown marked, with a note naming it and the rule: the runtime
@@ -181,6 +182,7 @@ int do_export(const DbArgs& a) {
   const std::string path = db_path(a);
   require_database(path);
   db::Store s(path, db::Access::read_only);
+  s.check_sound();
   if (a.out.empty() || a.out == "-") {
     warn_replaced(db::export_jsonl(s, std::cout));  // main() checks standard output at the end
     return 0;
@@ -341,6 +343,7 @@ int do_merge(const DbArgs& a) {
   for (const auto& in : a.merge_inputs) {
     if (out_existed && fs::equivalent(in, a.out, ec)) continue;
     sources.push_back(std::make_unique<db::Store>(in, db::Access::read_only));
+    sources.back()->check_sound();
     from.push_back(sources.back().get());
   }
   // Inputs that are OUT itself (by name, link or hard link) are OUT's rows,

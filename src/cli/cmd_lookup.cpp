@@ -27,7 +27,7 @@ std::unique_ptr<runtime::Resolver> open_resolver(const std::string& named, std::
   // built-in default and exit 0); the databases it only finds stay warnings.
   if (!named.empty()) {
     require_database(named);
-    db::Store check(named, db::Access::read_only);
+    db::Store(named, db::Access::read_only).check_sound();
   }
   const DeviceInfo dev = backend->device();
   return std::make_unique<runtime::Resolver>(runtime::find_databases(named), dev, kKernelSourceHash, std::cerr,

@@ -45,6 +45,7 @@ Action register_report(CLI::App& app) {
     const std::string path = a->db.empty() ? default_db_path() : a->db;
     require_database(path);
     db::Store s(path, db::Access::read_only);
+    s.check_sound();
     std::error_code ec;
     const bool out_existed = std::filesystem::exists(a->out, ec);
     std::filesystem::create_directories(a->out, ec);

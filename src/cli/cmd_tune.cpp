@@ -203,7 +203,7 @@ Action register_tune(CLI::App& app) {
     // mistyped --prior leaves no new database behind.
     for (const auto& prior : a->priors) {
       require_database(prior);
-      db::Store check(prior, db::Access::read_only);
+      db::Store(prior, db::Access::read_only).check_sound();
     }
     // A database this run creates and leaves empty (every problem refused: no
     // candidate within --max-scratch) is removed again, on failure as on an

@@ -120,6 +120,7 @@ Action register_validate(CLI::App& app) {
     if (!a->from_db.empty()) {
       require_database(a->from_db);
       db::Store store(a->from_db, db::Access::read_only);
+      store.check_sound();
       uint64_t s = seed;
       for (const auto& b : store.best_entries()) {
         if (b.device.name != dev.name || b.device.arch != dev.arch) continue;

@@ -49,6 +49,14 @@ def _device_index(dev: torch.device) -> int:
     raise CeltuneInvalidArgument(f"celtune: tensors on {dev} are not supported (CUDA or CPU)")
 
 
+def _dense_like(t: Tensor) -> Tensor:
+    """An uninitialised tensor of t's shape, dtype and device, contiguous whatever
+    t's strides. The ops make their inputs contiguous before the call, and their
+    fake kernels must give the strides the real ones give: empty_like of a
+    transposed input failed torch.compile's inductor ("incorrect fake kernel")."""
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+
 def _context(index: int) -> _lib.Context:
     with _contexts_lock:
         ctx = _contexts.get(index)
@@ -198,9 +206,9 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
     bad = torch.empty((), dtype=torch.int64, device=x.device)
     one = torch.ones((), dtype=torch.float32, device=x.device)
-    dx = torch.empty_like(x) if with_grad else x.new_empty(0)
-    dw = torch.empty_like(w) if with_grad else w.new_empty(0)
-    db = torch.empty_like(bias) if with_grad and bias is not None else x.new_empty(0)
+    dx = _dense_like(x) if with_grad else x.new_empty(0)
+    dw = _dense_like(w) if with_grad else w.new_empty(0)
+    db = _dense_like(bias) if with_grad and bias is not None else x.new_empty(0)
     a.x, a.w, a.bias, a.targets = _ptr(x), _ptr(w), _ptr(bias), _ptr(tgt)
     a.grad_scale = _ptr(one)
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
@@ -213,9 +221,9 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
 @_flce_forward.register_fake
 def _(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, with_grad):
     N = x.shape[0]
-    dx = torch.empty_like(x) if with_grad else x.new_empty(0)
-    dw = torch.empty_like(w) if with_grad else w.new_empty(0)
-    db = torch.empty_like(bias) if with_grad and bias is not None else x.new_empty(0)
+    dx = _dense_like(x) if with_grad else x.new_empty(0)
+    dw = _dense_like(w) if with_grad else w.new_empty(0)
+    db = _dense_like(bias) if with_grad and bias is not None else x.new_empty(0)
     return _f32((), x), _f32((N,), x), _f32((N,), x), dx, dw, db
 
 
@@ -241,8 +249,8 @@ def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor],
     tgt = _kernel_targets(target, ignore_index, w.shape[0])
     g = _upstream(a, grad, reduction)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
-    dx, dw = torch.empty_like(x), torch.empty_like(w)
-    db = torch.empty_like(bias) if bias is not None else x.new_empty(0)
+    dx, dw = _dense_like(x), _dense_like(w)
+    db = _dense_like(bias) if bias is not None else x.new_empty(0)
     a.x, a.w, a.bias, a.targets = _ptr(x), _ptr(w), _ptr(bias), _ptr(tgt)
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
     a.dx, a.dw, a.db = _ptr(dx), _ptr(dw), _ptr(db)
@@ -252,8 +260,8 @@ def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor],
 
 @_flce_backward.register_fake
 def _(x, w, target, bias, grad, reduction, ignore_index, label_smoothing, softcap, z_loss, config):
-    db = torch.empty_like(bias) if bias is not None else x.new_empty(0)
-    return torch.empty_like(x), torch.empty_like(w), db
+    db = _dense_like(bias) if bias is not None else x.new_empty(0)
+    return _dense_like(x), _dense_like(w), db
 
 
 @torch.library.custom_op("celtune::ce_forward", mutates_args=())
@@ -261,7 +269,7 @@ def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: in
                 softcap: float, z_loss: float, config: Optional[str], with_grad: bool
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     logits = logits.contiguous()
-    dz = torch.empty_like(logits) if with_grad else logits.new_empty(0)
+    dz = _dense_like(logits) if with_grad else logits.new_empty(0)
     loss, token_loss, lse = _ce_call(logits, target, dz, None, ignore_index, reduction, label_smoothing,
                                      softcap, z_loss, config, with_grad)
     return loss, token_loss, lse, dz
@@ -270,7 +278,7 @@ def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: in
 @_ce_forward.register_fake
 def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, with_grad):
     N = logits.shape[0]
-    dz = torch.empty_like(logits) if with_grad else logits.new_empty(0)
+    dz = _dense_like(logits) if with_grad else logits.new_empty(0)
     return _f32((), logits), _f32((N,), logits), _f32((N,), logits), dz
 
 
@@ -295,7 +303,7 @@ def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
 def _ce_backward(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, ignore_index: int,
                  label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]) -> Tensor:
     logits = logits.contiguous()
-    dz = torch.empty_like(logits)
+    dz = _dense_like(logits)
     _ce_call(logits, target, dz, (grad, reduction), ignore_index, reduction, label_smoothing, softcap, z_loss,
              config, True)
     return dz
@@ -303,7 +311,7 @@ def _ce_backward(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, i
 
 @_ce_backward.register_fake
 def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z_loss, config):
-    return torch.empty_like(logits)
+    return _dense_like(logits)
 
 
 # inplace_backward where the gradient waits for backward (fp16): dZ over the
@@ -335,7 +343,7 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
 @torch.library.custom_op("celtune::scale", mutates_args=())
 def _scale(t: Tensor, g: Tensor) -> Tensor:
     src = t.contiguous()
-    out = torch.empty_like(src, memory_format=torch.contiguous_format)  # as the fake's, whatever src's strides
+    out = _dense_like(src)  # as the fake's, whatever src's strides
     if src.numel():
         g = g.to(device=src.device, dtype=torch.float32).contiguous()
         code = _dtype_code(src, "gradient")
@@ -346,7 +354,7 @@ def _scale(t: Tensor, g: Tensor) -> Tensor:
 
 @_scale.register_fake
 def _(t, g):
-    return torch.empty_like(t, memory_format=torch.contiguous_format)
+    return _dense_like(t)
 
 
 def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smoothing, softcap, z_loss,
@@ -557,6 +565,7 @@ def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[
         raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but input has "
                                      f"{x.shape[0]} tokens")
     _same_device(("input", input), ("weight", weight), ("target", target), ("bias", bias))
+    _device_index(x.device)  # a meta tensor failed in torch.autocast with a bare RuntimeError
     cast = _autocast_dtype(x.device)
     if cast is not None:
         x, weight = x.to(cast), weight.to(cast)
@@ -580,6 +589,7 @@ def _prepare_ce(input: Tensor, target: Tensor):
     if target.is_floating_point():
         raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")
     _same_device(("logits", input), ("target", target))
+    _device_index(z.device)  # a meta tensor came back as a meta loss, through the fake kernel
     return z, target.reshape(-1)
 
 
@@ -660,7 +670,8 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
     explain(input, weight, target, bias, ...) for linear_cross_entropy;
     explain(logits, None, target, ...) for cross_entropy. Checks its arguments as
     those calls do. Returns {"family", "config" (dict), "source" (explicit, env,
-    exact, nearest, same-arch or default), "device"}.
+    exact, nearest, same-arch or default), "device"}. An empty batch, which runs
+    no kernel, is answered as one token.
     """
     red = _reduction_code(reduction)
     ign = _ignore_index(ignore_index)
@@ -674,6 +685,8 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
         args, family, device = _flce_args(x, weight, tgt, bias, ign, *opts), "flce", x.device
         args.bias = 1 if bias is not None else None  # only its presence matters to the lookup
     index = _device_index(device)
+    if args.tokens == 0:
+        args.tokens = 1  # an empty batch runs no kernel; its call checks its arguments as one token's (_check_no_tokens)
     js, tag = _resolve(args, index)
     return {"family": family, "config": json.loads(js), "source": tag,
             "device": "cpu" if index < 0 else f"cuda:{index}"}

@@ -531,3 +531,48 @@ def test_empty_batch_checks_its_arguments(device):
         ct.linear_cross_entropy(torch.zeros(0, 8, device=device), torch.randn(10, 8, device=device), e.float())
     with pytest.raises(ct.CeltuneInvalidArgument, match="block_size"):
         ct.cross_entropy(torch.zeros(0, 10, device=device), e, config={"block_size": 3})
+
+
+@pytest.mark.parametrize("device", devices())
+def test_fake_kernels_give_the_real_strides(device):
+    # The ops make their inputs contiguous before the call, so their outputs are
+    # contiguous; the fakes said otherwise for a transposed input (empty_like of
+    # it), which torch.compile's inductor refused as an incorrect fake kernel.
+    g = torch.Generator(device=device).manual_seed(3)
+    x = torch.randn(16, 11, device=device, generator=g).t()  # [11, 16], not contiguous
+    w = torch.randn(16, 23, device=device, generator=g).t()  # [23, 16], not contiguous
+    b = torch.randn(46, device=device, generator=g)[::2]  # [23], stride 2
+    t = torch.randint(0, 23, (11,), device=device, generator=g)
+    z = torch.randn(23, 11, device=device, generator=g).t()  # logits [11, 23], not contiguous
+    one = torch.ones((), device=device)
+    cases = [
+        (torch.ops.celtune.flce_forward.default, (x, w, t, b, -100, 0, 0.0, 0.0, 0.0, None, True)),
+        (torch.ops.celtune.flce_backward.default, (x, w, t, b, one, 0, -100, 0.0, 0.0, 0.0, None)),
+        (torch.ops.celtune.ce_forward.default, (z, t, -100, 0, 0.0, 0.0, 0.0, None, True)),
+        (torch.ops.celtune.ce_backward.default, (z, t, one, 0, -100, 0.0, 0.0, 0.0, None)),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(op, args, test_utils=("test_faketensor",))
+
+
+def test_meta_tensors_are_refused_as_unsupported():
+    m = torch.device("meta")
+    with pytest.raises(ct.CeltuneInvalidArgument, match="not supported"):
+        ct.linear_cross_entropy(torch.randn(3, 4, device=m), torch.randn(5, 4, device=m),
+                                torch.zeros(3, dtype=torch.long, device=m))
+    with pytest.raises(ct.CeltuneInvalidArgument, match="not supported"):
+        ct.cross_entropy(torch.randn(3, 5, device=m), torch.zeros(3, dtype=torch.long, device=m))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_explain_answers_an_empty_batch_as_the_call_runs_it(device):
+    # The call accepts an empty batch (no kernel runs); explain answered "tokens
+    # (N) must be positive". It answers as for one token, and still refuses
+    # what the call refuses.
+    x, w = torch.randn(0, 8, device=device), torch.randn(13, 8, device=device)
+    e = torch.zeros(0, dtype=torch.long, device=device)
+    assert ct.linear_cross_entropy(x, w, e).item() == 0.0
+    assert ct.explain(x, w, e)["family"] == "flce"
+    assert ct.explain(torch.randn(0, 13, device=device), None, e)["family"] == "ce"
+    with pytest.raises(ct.CeltuneInvalidArgument, match="softcap"):
+        ct.explain(x, w, e, softcap=-1.0)

@@ -496,6 +496,10 @@ contains err "cannot run" "the refusal says the config cannot run here"
 expect 2 "lookup with CELTUNE_CONFIG impl fused on the CPU" -- env CELTUNE_CONFIG='{"impl":"fused"}' \
   "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd
 contains err "CELTUNE_CONFIG cannot run" "the refusal names CELTUNE_CONFIG"
+# A whole number past 64 bits is out of range (it read "must be an integer, got 1e+20").
+expect 2 "lookup with CELTUNE_CONFIG's row_chunk past 64 bits" -- env CELTUNE_CONFIG='{"row_chunk":99999999999999999999}' \
+  "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd
+contains err "'row_chunk' is out of range" "the refusal says out of range"
 expect 0 "lookup --config that runs on the CPU" -- "$celtune" lookup --device cpu --shape 64,32,1000 --mode fwd \
   --config '{"block_size":512}'
 contains out "explicit" "an explicit config that runs is printed with its tag"

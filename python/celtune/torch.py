@@ -487,6 +487,9 @@ def _reduction_code(reduction: str) -> int:
 
 
 def _config_json(config) -> Optional[str]:
+    if isinstance(config, str) and "\x00" in config:
+        # ctypes passes a str as a C string: what follows the NUL was dropped unread.
+        raise CeltuneInvalidArgument("celtune: config must not contain a NUL character")
     if config is None or isinstance(config, str):
         return config
     try:

@@ -4,6 +4,7 @@
 // integers, and only within the target type's range.
 #pragma once
 
+#include <cmath>
 #include <limits>
 #include <set>
 #include <string>
@@ -19,8 +20,16 @@ namespace celtune {
 template <typename T>
 T json_int(const nlohmann::json& j, const char* key) {
   const nlohmann::json& v = j.at(key);
-  if (!v.is_number_integer())
+  if (!v.is_number_integer()) {
+    // A whole number past 64 bits reaches here as a double (99999999999999999999
+    // read "must be an integer, got 1e+20"): out of range, not a fraction.
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) >= 0x1p63)
+        fail_usage(std::string("'") + key + "' is out of range: " + v.dump().substr(0, 40));
+    }
     fail_usage(std::string("'") + key + "' must be an integer, got " + v.dump().substr(0, 40));
+  }
   if (v.is_number_unsigned()) {
     const auto u = v.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<T>::max()))

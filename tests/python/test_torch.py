@@ -506,6 +506,9 @@ def test_more_bad_input_is_invalid_argument(device):
         (lambda: ct.linear_cross_entropy(x, w, t, ignore_index=2**63), "int64 range"),
         (lambda: ct.linear_cross_entropy(x, w, t, ignore_index=3.0), "must be an integer"),
         (lambda: ct.linear_cross_entropy(x, w, t, config={1, 2}), "config must be"),
+        # a NUL ended the C string: what followed was dropped unread
+        (lambda: ct.linear_cross_entropy(x, w, t, config='{}\x00{"block_size": 3}'), "NUL"),
+        (lambda: ct.linear_cross_entropy(x, w, t, config={"row_chunk": 99999999999999999999}), "out of range"),
         # explain checks as the calls do
         (lambda: ct.explain(x, w[:, :5], t), "last dimension"),
         (lambda: ct.explain(x, w.half(), t), "share a dtype"),

@@ -436,27 +436,22 @@ void Store::migrate() {
 // Readers skip it: the runtime's lookup of a damaged file already warns and falls
 // back to the defaults at the first row it cannot read.
 namespace {
-// quick_check's first finding, on one line; "ok" when there is none.
-std::string quick_check_first(sqlite3* db, const std::string& path) {
+// Fails unless quick_check finds nothing, its first finding on one line, then `then`.
+void require_quick_check(sqlite3* db, const std::string& path, const char* then) {
   Stmt s(db, path, "PRAGMA quick_check(1)");
   std::string first = s.step() ? s.text(0) : std::string("no answer");
   std::replace(first.begin(), first.end(), '\n', ' ');  // "*** in database main ***\nOn tree page …"
-  return first;
+  if (first != "ok") fail_env("database " + path + " is damaged (SQLite's quick_check: " + first + "); " + then);
 }
 }  // namespace
 
 void Store::check_structure() const {
-  const std::string first = quick_check_first(db_, path_);
-  if (first != "ok")
-    fail_env("database " + path_ + " is damaged (SQLite's quick_check: " + first +
-             "); nothing was written to it. Restore it from a copy or an export, or tune into a new file");
+  require_quick_check(db_, path_,
+                      "nothing was written to it. Restore it from a copy or an export, or tune into a new file");
 }
 
 void Store::check_sound() const {
-  const std::string first = quick_check_first(db_, path_);
-  if (first != "ok")
-    fail_env("database " + path_ + " is damaged (SQLite's quick_check: " + first +
-             "); its rows may be incomplete. Restore it from a copy or an export");
+  require_quick_check(db_, path_, "its rows may be incomplete. Restore it from a copy or an export");
 }
 
 void Store::write(const std::function<void()>& fn) {

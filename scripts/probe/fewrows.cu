@@ -21,8 +21,9 @@ __global__ void empty_kernel() {}
 __device__ unsigned g_count[1024];
 __device__ unsigned g_call;
 
-template <int MODE>  // 0: each block writes its sum; 1: one counter, last block merges; 2: row counter then call counter
-__global__ void __launch_bounds__(256) read_reduce(const uint4* in, long long vecs_per_block, float* part, float* out, int rows, int splits) {
+// This block's slab of the input summed as bf16 pairs, 16-byte loads, D of them
+// a thread in flight at once (256 threads a block); every thread's share.
+__device__ __forceinline__ float thread_read(const uint4* in, long long vecs_per_block) {
   float s = 0.f;
   const uint4* p = in + blockIdx.x * vecs_per_block;
   constexpr int D = 8;
@@ -33,14 +34,27 @@ __global__ void __launch_bounds__(256) read_reduce(const uint4* in, long long ve
 #pragma unroll
     for (int k = 0; k < D; ++k) s += __uint_as_float(v[k].x << 16) + __uint_as_float(v[k].y << 16) + __uint_as_float(v[k].z << 16) + __uint_as_float(v[k].w << 16);
   }
-  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
+  return s;
+}
+
+// The sum of every thread's s, valid in thread 0 (256 threads a block).
+__device__ __forceinline__ float block_sum(float s) {
   __shared__ float w[8];
-  __shared__ bool last;
+  __syncthreads();  // a previous call's reader is done with w
+  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
   if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = s;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0;
+  float t = 0;
+  if (threadIdx.x == 0)
     for (int k = 0; k < 8; ++k) t += w[k];
+  return t;
+}
+
+template <int MODE>  // 0: each block writes its sum; 1: one counter, last block merges; 2: row counter then call counter
+__global__ void __launch_bounds__(256) read_reduce(const uint4* in, long long vecs_per_block, float* part, float* out, int rows, int splits) {
+  __shared__ bool last;
+  const float t = block_sum(thread_read(in, vecs_per_block));
+  if (threadIdx.x == 0) {
     part[blockIdx.x] = t;
     if (MODE == 0) { last = false; }
     else if (MODE == 1) {
@@ -65,14 +79,12 @@ __global__ void __launch_bounds__(256) read_reduce(const uint4* in, long long ve
   }
   __syncthreads();
   if (!last) return;
-  float t = 0;
+  float u = 0;
   const int n = MODE == 1 ? gridDim.x : rows;
   const float* q = MODE == 1 ? part : part + gridDim.x;
-  for (int k = threadIdx.x; k < n; k += 256) t += __ldcg(q + k);
-  for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(~0u, t, o);
-  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = t;
-  __syncthreads();
-  if (threadIdx.x == 0) { float u = 0; for (int k = 0; k < 8; ++k) u += w[k]; *out = u; }
+  for (int k = threadIdx.x; k < n; k += 256) u += __ldcg(q + k);
+  u = block_sum(u);
+  if (threadIdx.x == 0) *out = u;
 }
 
 
@@ -82,28 +94,10 @@ __global__ void __launch_bounds__(256) read_reduce(const uint4* in, long long ve
 __global__ void __launch_bounds__(256) read_cluster(const uint4* in, long long vecs_per_block, float* part, float* out, int rows, int splits) {
   cg::cluster_group cl = cg::this_cluster();
   __shared__ float inbox[16];
-  __shared__ float w[8];
   __shared__ bool last;
-  float s = 0.f;
-  const uint4* p = in + blockIdx.x * vecs_per_block;
-  constexpr int D = 8;
-  for (long long i = threadIdx.x; i < vecs_per_block; i += 256 * D) {
-    uint4 v[D];
-#pragma unroll
-    for (int k = 0; k < D; ++k) v[k] = (i + k * 256 < vecs_per_block) ? __ldg(p + i + k * 256) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int k = 0; k < D; ++k) s += __uint_as_float(v[k].x << 16) + __uint_as_float(v[k].y << 16) + __uint_as_float(v[k].z << 16) + __uint_as_float(v[k].w << 16);
-  }
-  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(~0u, s, o);
-  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = s;
-  __syncthreads();
+  const float sum = block_sum(thread_read(in, vecs_per_block));
   const unsigned rank = cl.block_rank();
-  if (threadIdx.x == 0) {
-    float t = 0;
-    for (int k = 0; k < 8; ++k) t += w[k];
-    float* dst = cl.map_shared_rank(inbox, 0);
-    dst[rank] = t;
-  }
+  if (threadIdx.x == 0) cl.map_shared_rank(inbox, 0)[rank] = sum;
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
   if (rank != 0) { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); return; }
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -119,12 +113,10 @@ __global__ void __launch_bounds__(256) read_cluster(const uint4* in, long long v
   }
   __syncthreads();
   if (rows == 1 || !last) return;
-  float t = 0;
-  for (int k = threadIdx.x; k < rows; k += 256) t += __ldcg(part + k);
-  for (int o = 16; o; o >>= 1) t += __shfl_xor_sync(~0u, t, o);
-  if (threadIdx.x % 32 == 0) w[threadIdx.x / 32] = t;
-  __syncthreads();
-  if (threadIdx.x == 0) { float u = 0; for (int k = 0; k < 8; ++k) u += w[k]; *out = u; }
+  float u = 0;
+  for (int k = threadIdx.x; k < rows; k += 256) u += __ldcg(part + k);
+  u = block_sum(u);
+  if (threadIdx.x == 0) *out = u;
 }
 
 static char* g_flush; static size_t g_flush_bytes; static int g_flips;

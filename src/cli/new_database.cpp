@@ -95,21 +95,25 @@ NewDatabase::~NewDatabase() {
 
 bool NewDatabase::place(const std::string& final_path, bool exists_ok) {
   std::error_code ec;
-  for (const char* suffix : {"-wal", "-journal"})
-    if (std::filesystem::file_size(path_ + suffix, ec) > 0 && !ec)
-      fail_env("the new database " + final_path + " was closed with its " + std::string(suffix + 1) +
-               " file still holding changes; nothing was written to it");
+  // The log (-wal, or a rollback -journal) beside database `base` that holds changes, else null.
+  auto log_with_changes = [&ec](const std::string& base) -> const char* {
+    for (const char* suffix : {"-wal", "-journal"})
+      if (std::filesystem::file_size(base + suffix, ec) > 0 && !ec) return suffix;
+    return nullptr;
+  };
+  if (const char* suffix = log_with_changes(path_))
+    fail_env("the new database " + final_path + " was closed with its " + std::string(suffix + 1) +
+             " file still holding changes; nothing was written to it");
   // A log left at the final name by an earlier database there (its writer
   // killed before it folded the log in, then the database deleted) is replayed
   // by SQLite into whatever file next takes the name: a merge into a new OUT
   // lost every measurement to the old log's DELETE, an import left a database
   // "malformed", and both had said they succeeded. Refused while the name is
   // free: nothing is placed.
-  for (const char* suffix : {"-wal", "-journal"})
-    if (std::filesystem::file_size(final_path + suffix, ec) > 0 && !ec && !std::filesystem::exists(final_path, ec))
-      fail_env("cannot create database " + final_path + ": " + final_path + suffix + " is still there from an earlier " +
-               "database of that name, and SQLite would replay it into the new one; remove it, or put back the " +
-               "database it belongs to");
+  if (const char* suffix = log_with_changes(final_path); suffix && !std::filesystem::exists(final_path, ec))
+    fail_env("cannot create database " + final_path + ": " + final_path + suffix + " is still there from an earlier " +
+             "database of that name, and SQLite would replay it into the new one; remove it, or put back the " +
+             "database it belongs to");
   if (::link(path_.c_str(), final_path.c_str()) != 0) {
     // A file system without hard links (vfat, some network mounts): rename,
     // after checking the name is still free (a narrower guard, the same end).

@@ -6,7 +6,9 @@
 // distributed shared memory. Event timed, medians; nothing of celtune is linked.
 // (kernels/cuda_backend.cu's floor comment names this file by the untracked path
 // it was first run from, .gpu-x/probe/fewrows.cu.)
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o fewrows scripts/probe/fewrows.cu && ./fewrows
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o fewrows scripts/probe/fewrows.cu && ./fewrows [N,V ...]
+// N,V arguments replace the few-row shapes (the forty-seventh session ran it at
+// 256-4096 rows: `./fewrows 256,32000 512,32000 1024,32000 ...`).
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -18,7 +20,7 @@ namespace cg = cooperative_groups;
 
 __global__ void empty_kernel() {}
 
-__device__ unsigned g_count[1024];
+__device__ unsigned g_count[16384];  // a row counter for up to 16384 rows (MODE 2)
 __device__ unsigned g_call;
 
 // This block's slab of the input summed as bf16 pairs, 16-byte loads, D of them
@@ -133,12 +135,23 @@ template <class F> double med_us(F f, bool flush, int runs = 200) {
   return t[t.size() / 2];
 }
 
-int main() {
+int main(int argc, char** argv) {
   int l2 = 0, sms = 0; CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0)); CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp pr; CK(cudaGetDeviceProperties(&pr, 0));
   printf("device %s, %d SMs, L2 %d MB\n", pr.name, sms, l2 >> 20);
   g_flush_bytes = 2 * (size_t)l2; CK(cudaMalloc(&g_flush, g_flush_bytes));
-  const size_t maxb = 128u << 20;
+  struct S { int n; int v; };
+  std::vector<S> shapes = {{1, 32000}, {1, 128256}, {1, 256000}, {4, 128256}, {16, 128256}, {64, 128256}, {64, 256000}, {256, 128256}, {512, 128256}, {512, 32000}};
+  if (argc > 1) {
+    shapes.clear();
+    for (int i = 1; i < argc; ++i) {
+      S s{};
+      if (sscanf(argv[i], "%d,%d", &s.n, &s.v) != 2 || s.n < 1 || s.n > 16384 || s.v < 1) { printf("fewrows: '%s' is not N,V\n", argv[i]); return 2; }
+      shapes.push_back(s);
+    }
+  }
+  size_t maxb = 0;  // the largest forward's bytes: N*V*2
+  for (const S& s : shapes) maxb = std::max(maxb, 2 * (size_t)s.n * s.v);
   char *src, *dst; CK(cudaMalloc(&src, maxb)); CK(cudaMalloc(&dst, maxb));
   CK(cudaMemset(src, 0x3c, maxb));
   float *part, *out; CK(cudaMalloc(&part, 1 << 22)); CK(cudaMalloc(&out, 64));
@@ -146,8 +159,6 @@ int main() {
   printf("empty<<<1,32>>>        cold %.2f us  hot %.2f us\n", med_us([] { empty_kernel<<<1, 32>>>(); }, true), med_us([] { empty_kernel<<<1, 32>>>(); }, false));
   printf("empty<<<2*sms,256>>>   cold %.2f us  hot %.2f us\n", med_us([&] { empty_kernel<<<2 * sms, 256>>>(); }, true), med_us([&] { empty_kernel<<<2 * sms, 256>>>(); }, false));
   // Sizes: half of ce forward's bytes (the floor's copy) at (N, V) bf16: N*V bytes.
-  struct S { int n; int v; };
-  const S shapes[] = {{1, 32000}, {1, 128256}, {1, 256000}, {4, 128256}, {16, 128256}, {64, 128256}, {64, 256000}, {256, 128256}, {512, 128256}, {512, 32000}};
   printf("%-12s %9s %9s | %9s %9s | %s\n", "N x V", "copyCold", "copyHot", "read0", "", "best read/1-level/2-level (blocks)");
   for (const S& s : shapes) {
     const size_t half = (size_t)s.n * s.v;  // bytes of the floor's copy
@@ -157,7 +168,7 @@ int main() {
     double best[3] = {1e9, 1e9, 1e9}; int bestg[3] = {0, 0, 0};
     for (int splits : {1, 2, 4, 8, 16, 32, 64, 128}) {
       long long blocks = (long long)s.n * splits;
-      if (blocks > 4096 || blocks < 1) continue;
+      if (blocks > 16384 || blocks < 1) continue;
       long long vpb = (long long)(full / 16) / blocks;
       if (vpb < 64) continue;
       for (int mode = 0; mode < 3; ++mode) {

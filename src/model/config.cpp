@@ -114,29 +114,39 @@ namespace {
 // 0.94–0.99x. At V = 128256 and 256000 it was 0.99–1.03x, and at N = 256 (256
 // blocks of 128 threads do not fill the GPU) 1.10–1.13x: those keep 256 threads.
 //
-// Forward in 16 bits between those, from kMidTokens rows to kNarrowTokens
-// (narrow rows) or just under it (up to kMidRow columns), takes tiles of 2048
-// with 256 threads: a block reads its row in twice the steps, and a grid of a
-// few blocks an SM keeps more of them in flight. Measured on both GPUs
-// (docs/results.md, twenty-ninth session, gpu-pack/sw.py and r18.sh; µs, old ->
-// new): N = 512, V = 32000 / 50257 / 128256: H100 33 -> 29, 44 -> 38, 79 -> 68;
-// H200 29 -> 25, 37 -> 31, 66 -> 55. N = 1024, V = 32000 / 50257: H100 50 -> 45,
-// 69 -> 62; H200 42 -> 38. At N = 1536 narrow rows were 7-9% faster with 128
-// threads again (H100 58 against 62, 78 against 85); at V = 128256, N = 1024,
-// tiles of 4096 tied or led by 2%; at N = 256 they tied or led.
+// Forward in 16 bits, by rows: up to kMidTokens the tiles of 4096 above; from
+// kMidTokens tiles of 2048 with 256 threads (8 elements a thread: a block reads
+// its row in twice the steps, and a grid of a few blocks an SM keeps more of
+// them in flight); from kNarrowTokens tiles of 1024 with 128 threads (8 a
+// thread, twice the blocks an SM); from kLongTokens tiles of 2048 with 128
+// threads (16 a thread), at every V. Five tiles timed against the floor in one
+// process a shape, V = 32000, 50257, 128256 and 256000, N = 256 to 32768, on an
+// H100 and an H200 (docs/results.md, forty-seventh session): this rule's tile
+// was the best of the five or within 2% of it at every shape on both GPUs. The
+// rule it replaced (tiles of 4096 with 256 threads for rows past 131072
+// columns from 512 rows, and for all but narrow rows from 1024) took 15% and
+// 29% more time at N = 512, V = 256000 (H100, H200), 3-9% at N = 1024-2048 of
+// V = 128256, 4-5% at N = 4096-32768 of V = 128256 on the H200, and 1-9% at
+// 1024-2048 narrow rows; nowhere was it more than 0.5% faster.
 KernelConfig ce_default(const Problem& p, KernelConfig c) {
   constexpr int64_t kBlocks = 256, kMinSegment = 4096, kNarrowRow = 65536, kNarrowTokens = 1024;
-  constexpr int64_t kMidTokens = 512, kMidRow = 131072;
+  constexpr int64_t kMidTokens = 512, kLongTokens = 4096;
   c.block_size = 4096;
   c.threads = 256;
   int64_t splits = 1;
   while (p.tokens * splits < kBlocks && p.vocab / (splits * 2) >= kMinSegment) splits *= 2;
   if (splits > 1) c.v_chunk = ce_segment(p.vocab, splits);
   const bool half = p.dtype != DType::fp32, narrow = half && p.vocab <= kNarrowRow;
-  if (narrow && p.tokens >= kNarrowTokens) c.block_size = 2048, c.threads = 128;
-  if (p.mode == Mode::forward && half && p.vocab <= kMidRow && p.tokens >= kMidTokens &&
-      (p.tokens < kNarrowTokens || (narrow && p.tokens == kNarrowTokens)))
-    c.block_size = 2048, c.threads = 256;
+  if (half && p.mode == Mode::forward) {
+    if (p.tokens >= kLongTokens)
+      c.block_size = 2048, c.threads = 128;
+    else if (p.tokens >= kNarrowTokens)
+      c.block_size = 1024, c.threads = 128;
+    else if (p.tokens >= kMidTokens)
+      c.block_size = 2048, c.threads = 256;
+  } else if (narrow && p.tokens >= kNarrowTokens) {
+    c.block_size = 2048, c.threads = 128;
+  }
   if (c.block_size > c.v_chunk_for(p)) c.block_size = 1024;  // a vocabulary under the tile
   return c;
 }

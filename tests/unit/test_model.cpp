@@ -343,15 +343,17 @@ TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
     CHECK(c.threads == n.threads);
     CHECK_NOTHROW(validate_config(p, c));
   }
-  // Forward in 16 bits from 512 rows to 1024 (narrow rows) or 1023 (up to
-  // 131072 columns): tiles of 2048, 256 threads. Forward+backward, fp32 and wider
-  // rows keep the rules above.
-  for (const Narrow& n : {Narrow{32000, 512, DType::bf16, 2048, 256}, Narrow{32000, 1024, DType::bf16, 2048, 256},
-                          Narrow{50257, 1024, DType::fp16, 2048, 256}, Narrow{50257, 1025, DType::fp16, 2048, 128},
-                          Narrow{32000, 1536, DType::bf16, 2048, 128},
-                          Narrow{128256, 512, DType::bf16, 2048, 256}, Narrow{128256, 1024, DType::bf16, 4096, 256},
-                          Narrow{131072, 1023, DType::bf16, 2048, 256}, Narrow{131073, 512, DType::bf16, 4096, 256},
-                          Narrow{32000, 511, DType::bf16, 4096, 256}, Narrow{32000, 1024, DType::fp32, 4096, 256}}) {
+  // Forward in 16 bits, by rows at every V: tiles of 4096 with 256 threads up
+  // to 511 rows, 2048 with 256 from 512, 1024 with 128 from 1024, 2048 with 128
+  // from 4096. Forward+backward and fp32 keep the rules above.
+  for (const Narrow& n : {Narrow{32000, 511, DType::bf16, 4096, 256}, Narrow{256000, 256, DType::bf16, 4096, 256},
+                          Narrow{32000, 512, DType::bf16, 2048, 256}, Narrow{128256, 512, DType::bf16, 2048, 256},
+                          Narrow{131073, 512, DType::bf16, 2048, 256}, Narrow{256000, 1023, DType::fp16, 2048, 256},
+                          Narrow{32000, 1024, DType::bf16, 1024, 128}, Narrow{50257, 1025, DType::fp16, 1024, 128},
+                          Narrow{128256, 1024, DType::bf16, 1024, 128}, Narrow{256000, 4095, DType::bf16, 1024, 128},
+                          Narrow{32000, 4096, DType::bf16, 2048, 128}, Narrow{128256, 4096, DType::bf16, 2048, 128},
+                          Narrow{256000, 32768, DType::fp16, 2048, 128}, Narrow{32000, 1024, DType::fp32, 4096, 256},
+                          Narrow{128256, 8192, DType::fp32, 4096, 256}}) {
     p.vocab = n.V, p.tokens = n.N, p.dtype = n.dt, p.mode = Mode::forward;
     CAPTURE(p.key());
     const KernelConfig c = default_config(p);
@@ -362,6 +364,11 @@ TEST_CASE("the ce default splits rows only when too few rows fill the GPU") {
     p.mode = Mode::forward_backward;
     CHECK(default_config(p).block_size == (n.dt != DType::fp32 && n.V <= 65536 && n.N >= 1024 ? 2048 : 4096));
   }
+  // A vocabulary under the tile takes tiles of 1024 at the rule's threads.
+  p.vocab = 1500, p.tokens = 4096, p.dtype = DType::bf16, p.mode = Mode::forward;
+  CHECK(default_config(p).block_size == 1024);
+  CHECK(default_config(p).threads == 128);
+  CHECK_NOTHROW(validate_config(p, default_config(p)));
 }
 
 TEST_CASE("the default config keeps flce scratch within 256 MiB, as tune's --max-scratch does") {

@@ -4,6 +4,7 @@
 // resolver with its read-only databases and config cache; and a lock that
 // serialises calls on the context.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -13,7 +14,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -39,15 +39,26 @@
 
 using namespace celtune;
 
+namespace {
+// Each thread's last error on each context, in the thread's own storage, keyed
+// by the context's serial. With one string a context, a thread that shared the
+// context read another thread's message, or "" after another's success; keyed
+// by std::thread::id, a new thread read the error of an ended one whose id it
+// was given again (glibc reuses a joined thread's id), and the map grew with
+// every thread that ever failed. Here a thread's errors end with it, and a
+// serial is never reused, as a freed context's address may be. A thread's
+// string changes only in its own calls, so the pointer celtune_last_error
+// returns holds until then (map nodes never move).
+thread_local std::unordered_map<uint64_t, std::string> t_errors;
+std::atomic<uint64_t> g_contexts{0};
+}  // namespace
+
 struct celtune_context {
   mutable std::mutex mu;
-  // Each thread's last error on this context: with one string, a thread that
-  // shared the context read another thread's message, or "" after another's
-  // success, and celtune_last_error read it unlocked while a call rewrote it.
-  // A thread's string changes only in its own calls, so the pointer
-  // celtune_last_error returns holds until then (map nodes never move).
-  std::unordered_map<std::thread::id, std::string> errors;
-  void set_error(std::string msg) { errors[std::this_thread::get_id()] = std::move(msg); }
+  const uint64_t serial = ++g_contexts;
+  void set_error(std::string msg) const { t_errors[serial] = std::move(msg); }
+  void clear_error() const { t_errors.erase(serial); }
+  ~celtune_context() { clear_error(); }  // the destroying thread's; others' go with their threads
   DeviceInfo device;
   std::unique_ptr<runtime::Resolver> resolver;
   std::shared_ptr<Backend> cpu;  // set for a CPU context (celtune_create_cpu)
@@ -71,7 +82,7 @@ celtune_status guarded(celtune_context* ctx, F&& f) {
   std::lock_guard lk(ctx->mu);
   try {
     f();
-    ctx->errors.erase(std::this_thread::get_id());
+    ctx->clear_error();
     return CELTUNE_OK;
   } catch (const BufferTooSmall& e) {
     ctx->set_error(e.what());
@@ -383,9 +394,8 @@ int celtune_context_device(const celtune_context* ctx) {
 
 const char* celtune_last_error(const celtune_context* ctx) {
   if (!ctx) return "null context";
-  std::lock_guard lk(ctx->mu);
-  const auto it = ctx->errors.find(std::this_thread::get_id());
-  return it == ctx->errors.end() ? "" : it->second.c_str();
+  const auto it = t_errors.find(ctx->serial);  // this thread's own: no lock
+  return it == t_errors.end() ? "" : it->second.c_str();
 }
 
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,

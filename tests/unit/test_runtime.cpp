@@ -398,6 +398,38 @@ TEST_CASE("a context shared by threads: each thread reads its own last error, an
   celtune_destroy(ctx);
 }
 
+TEST_CASE("a new thread starts with no last error, whatever an ended thread left; a new context too") {
+  // Keyed by std::thread::id, a thread read the error of a joined thread whose
+  // id glibc had given it again (each thread here is joined before the next
+  // starts, so ids do repeat).
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  int wrong = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::thread([&] {
+      celtune_flce_args a{};
+      a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+      celtune_loss_defaults(&a.options);
+      a.tokens = -1;
+      if (celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) != CELTUNE_ERROR_INVALID_ARGUMENT) ++wrong;
+    }).join();
+    std::thread([&] {
+      if (std::string(celtune_last_error(ctx)) != "") ++wrong;  // made no call
+    }).join();
+  }
+  CHECK(wrong == 0);
+  // A context created where a failed one was freed starts clean in this thread.
+  celtune_flce_args a{};
+  a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.tokens = -1;
+  REQUIRE(celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  celtune_destroy(ctx);
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  CHECK(std::string(celtune_last_error(ctx)) == "");
+  celtune_destroy(ctx);
+}
+
 TEST_CASE("the shipped database answers for each GPU it was tuned on, with this build's kernels") {
   const char* shipped = std::getenv("CELTUNE_SHIPPED_DB");
   REQUIRE(shipped != nullptr);

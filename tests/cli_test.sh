@@ -54,6 +54,13 @@ contains err "unknown option '--frobnicate' for db" "the flag and its command ar
 expect 2 "unknown subcommand" -- "$celtune" frobnicate
 expect 2 "db without a verb" -- "$celtune" db
 contains err "celtune: db needs a command: list, export, import, merge" "the verbs are listed"
+# --help after a word that is no command printed the level above's help, exit 0.
+expect 2 "an unknown command with --help" -- "$celtune" frobnicate --help
+contains err "unknown command 'frobnicate'" "the word is named"
+expect 2 "an unknown db verb with --help" -- "$celtune" db frobnicate --help
+expect 0 "db --help" -- "$celtune" db --help
+expect 0 "db merge --help" -- "$celtune" db merge --help
+expect 0 "tune --help after options" -- "$celtune" tune --shape 8,8,100 --mode fwd --help
 expect 0 "devices" -- "$celtune" devices
 contains out "cpu" "devices lists the cpu"
 expect 0 "devices --json" -- "$celtune" devices --json
@@ -109,6 +116,10 @@ expect 1 "fp16 dZ beyond fp16" -- "$celtune" validate --device cpu --shape 16,8,
 contains out "the plain path in fp16 is non-finite at each of them too" "the verdict names the intermediate's overflow"
 expect 2 "flce with no hidden size" -- "$celtune" validate --device cpu --tokens 4 --vocab 100
 contains err "no hidden size: give --hidden" "the refusal names the missing flag, not a 0 nobody gave"
+# --gemm-algos read 040 as octal 32 and 0x20 as hex, unlike every other count.
+expect 2 "--gemm-algos 040" -- "$celtune" tune --device cpu --shape 8,16,200 --mode fwd --gemm-algos 040 --db "$tmp/ga.sqlite"
+expect 2 "--gemm-algos 0x20" -- "$celtune" tune --device cpu --shape 8,16,200 --mode fwd --gemm-algos 0x20 --db "$tmp/ga.sqlite"
+[ ! -e "$tmp/ga.sqlite" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a refused tune made a database"; }
 expect 2 "shard beyond int" -- "$celtune" tune --device cpu --shape 8,16,200 --shard 0/9223372036854775807 --db "$tmp/t.sqlite"
 contains err "≤ 2147483647" "the shard message states the limit that refused it"
 # Found by probing as a new user (2026-11-23): each once passed or crashed.
@@ -125,6 +136,13 @@ expect 2 "a --max-scratch past 2^63 bytes" -- "$celtune" tune --device cpu --fam
   --db "$tmp/scratch.sqlite" --max-scratch 17179869185GiB
 contains err "out of range" "the size is refused as out of range"
 expect 2 "negative softcap" -- "$celtune" validate --device cpu --shape 4,8,100 --softcap -3
+# Past a double's range as written: 1e-400 read as 0 switched the option off.
+for opt in --softcap --z-loss --label-smoothing; do
+  expect 2 "$opt 1e-400" -- "$celtune" lookup --device cpu --shape 8,8,100 $opt 1e-400
+  contains err "1e-400 is out of the range of a double" "$opt: the refusal names the value as written"
+done
+expect 2 "--softcap 1e400" -- "$celtune" lookup --device cpu --shape 8,8,100 --softcap 1e400
+contains err "1e400 is out of the range of a double" "the refusal names the value as written, not inf"
 # λ near FLT_MAX made 1 + 2λ·LSE overflow and NaN gradients whose exact value is finite.
 expect 2 "a z-loss scale past 1e6" -- "$celtune" validate --device cpu --shape 4,8,100 --z-loss 3.4e38
 contains err "up to 1e+06" "the refusal names the largest scale"
@@ -147,6 +165,7 @@ contains out "fp64" "validate names its truth"
 if ! "$celtune" devices | grep -q '^cuda'; then
   expect 3 "gpu reference without a GPU" -- "$celtune" validate --device cpu --shape 4,8,100 --reference gpu
   contains err "needs a CUDA GPU" "gpu reference error says why"
+  [ ! -s "$tmp/out" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the refused run printed its header"; }
 fi
 expect 2 "bad config json" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"blok":1}'
 expect 2 "config violates constraints" -- "$celtune" validate --device cpu --shape 4,8,100 --config '{"block_size":48}'
@@ -921,7 +940,16 @@ esc="$tmp/esc$(printf '\033')[2J.sqlite"
 expect 0 "import into a database whose name holds an escape" -- "$celtune" db --db "$esc" import "$tmp/a-int.jsonl"
 contains out '\x1b[2J' "the summary escapes the name"
 ! grep -q "$(printf '\033')" "$tmp/out" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a raw escape on stdout"; }
-rm -f "$esc"
+expect 0 "db list of a database whose name holds an escape" -- "$celtune" db --db "$esc" list
+contains out '\x1b[2J' "db list's summary escapes the name"
+! grep -q "$(printf '\033')" "$tmp/out" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list: a raw escape on stdout"; }
+# report's "removed" lines too (its "wrote" lines were escaped).
+escdir="$tmp/rep$(printf '\033')[31mX"
+mkdir -p "$escdir" && echo '<svg/>' >"$escdir/vchunk-7.svg"
+expect 0 "report into a folder whose name holds an escape" -- "$celtune" report --db "$esc" -o "$escdir"
+contains out 'removed ' "report says what it removed"
+! grep -q "$(printf '\033')" "$tmp/out" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report: a raw escape on stdout"; }
+rm -rf "$esc" "$escdir"
 # SQLite opens databases whose absolute path is at most 504 bytes: past that,
 # say so (it said "unable to open database file").
 deep="$tmp"

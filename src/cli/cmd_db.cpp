@@ -163,7 +163,8 @@ int do_list(const DbArgs& a) {
   t.print(std::cout);
   std::cout << counted(best.size(), "best config", "best configs");
   if (broken) std::cout << " (" << broken << " INVALID: a row the rules refuse, which the runtime skips)";
-  std::cout << ", " << counted(s.measurements().size(), "measurement", "measurements") << " in " << s.path() << '\n';
+  std::cout << ", " << counted(s.measurements().size(), "measurement", "measurements") << " in "
+            << printable_message(s.path()) << '\n';
   return 0;
 }
 

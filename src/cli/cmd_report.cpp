@@ -168,7 +168,7 @@ Action register_report(CLI::App& app) {
         staged.push_back(stage_file(dest, [&](std::ostream& o) { o << text; }));
       }
       for (const auto& [f, text] : plots) std::cout << printable_message("wrote " + f.string()) << '\n';
-      for (const auto& f : stale) std::cout << "removed " << f.string() << " (an earlier report's)\n";
+      for (const auto& f : stale) std::cout << printable_message("removed " + f.string() + " (an earlier report's)") << '\n';
       flush_stdout();
       for (size_t i = 0; i < plots.size(); ++i) commit_file(staged[i], plots[i].first.string());
     } catch (...) {

@@ -123,6 +123,7 @@ Action register_tune(CLI::App& app) {
   sub->add_option("--gemm-algos", a->gemm_algos,
                   "cuBLASLt algorithms tried per flce GEMM (the heuristic's first K) after the search; a tuned "
                   "algorithm is stored with the cuBLASLt version and used only under it. 0 or 1: keep the heuristic's")
+      ->transform(whole_number("", 0, 32))
       ->check(CLI::Range(0, 32))
       ->capture_default_str();
   add_problem_options(sub, a->problem, "both (fwd and fwdbwd)");

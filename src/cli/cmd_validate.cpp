@@ -180,6 +180,11 @@ Action register_validate(CLI::App& app) {
                                  ? (dev.id == "cpu" ? " (default: no CUDA GPU found, using the CPU backend)"
                                                     : " (default: first CUDA GPU)")
                                  : "";
+    // Refused before the header below: stdout got a run's first lines and then
+    // nothing, where every other refusal leaves it empty.
+    const Truth truth = parse_truth(a->reference);
+    if (truth == Truth::gpu && cuda_device_count() == 0)
+      fail_env("--reference gpu needs a CUDA GPU and a build with CUDA; use fp64 or auto");
     // Flushed: the seed replays a run, and a run killed before its report (a
     // timeout, a full-size shape on the CPU) left a redirected file empty.
     if (!a->json)
@@ -188,9 +193,6 @@ Action register_validate(CLI::App& app) {
 
     std::vector<CaseResult> results;
     int failed = 0;
-    const Truth truth = parse_truth(a->reference);
-    if (truth == Truth::gpu && cuda_device_count() == 0)
-      fail_env("--reference gpu needs a CUDA GPU and a build with CUDA; use fp64 or auto");
     Table t({"case", "config", "result", "det", "truth", "worst output (rel L2 vs truth)", "s"});
     // A case at a full-size shape can take minutes on the CPU: say which case
     // runs, on stderr so stdout stays the table or JSON. On a terminal one line

@@ -28,7 +28,9 @@ namespace {
 // an option the (sub)command before it lacks: "unknown option '--X'";
 // or, where a command that needs one was given none (`celtune db`), "X needs a
 // command: …"; or "" when there is none.
-std::string unknown_command(CLI::App& app, int argc, char** argv) {
+// only_commands: say only a word that is no command (for --help, whose text
+// would otherwise describe the level above it with exit 0).
+std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_commands = false) {
   CLI::App* level = &app;
   auto names_of = [](CLI::App* at) {
     std::string names;
@@ -40,7 +42,10 @@ std::string unknown_command(CLI::App& app, int argc, char** argv) {
     if (tok.rfind("-", 0) == 0) {
       const CLI::Option* opt = level->get_option_no_throw(tok.substr(0, tok.find('=')));
       // `celtune --bogus` said only "A subcommand is required".
-      if (!opt) return "unknown option '" + tok + "'" + (level == &app ? "" : " for " + level->get_name());
+      if (!opt) {
+        if (only_commands) continue;
+        return "unknown option '" + tok + "'" + (level == &app ? "" : " for " + level->get_name());
+      }
       if (opt->get_type_size() != 0 && tok.find('=') == std::string::npos) ++i;  // its value
       continue;
     }
@@ -56,7 +61,7 @@ std::string unknown_command(CLI::App& app, int argc, char** argv) {
     const std::string names = names_of(level);
     return "unknown command '" + tok + "'" + (names.empty() ? "" : " (commands: " + names + ")");
   }
-  if (level != &app && level->get_require_subcommand_min() > 0)
+  if (!only_commands && level != &app && level->get_require_subcommand_min() > 0)
     return level->get_name() + " needs a command: " + names_of(level);
   return "";
 }
@@ -97,6 +102,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    // `celtune bogus --help` printed the top level's help and exited 0: a script
+    // asking whether a command exists was told it does.
+    if (const std::string why = unknown_command(app, argc, argv, true); !why.empty()) {
+      std::cerr << "celtune: " << printable_message(why) << '\n';
+      return static_cast<int>(Status::usage);
+    }
     return printed(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
     return printed(app.exit(e));

@@ -1,7 +1,9 @@
 #include "problem_args.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -104,6 +106,22 @@ CLI::Validator whole_number(const std::string& name, uint64_t min, uint64_t max)
       name);
 }
 
+CLI::Validator representable_real() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double x = std::strtod(v.c_str(), &end);
+        // Text that is no number is left to the option's own conversion and check.
+        if (v.empty() || *end != '\0' || errno != ERANGE) return {};
+        // 1e-400 read as 0 turned a softcap or a z-loss off without a word, and
+        // 1e400 was refused as "inf": both are out of range as written.
+        if (x == 0.0 || std::isinf(x)) return v + " is out of the range of a double";
+        return {};  // subnormal: a number, which the problem's own range check judges
+      },
+      "");
+}
+
 CpuWork cpu_work(double ops) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const double minutes = ops / (1e9 * cores) / 60.0;
@@ -161,6 +179,7 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   // CLI11's Range said "Value abc not in range 0.000000 to 1.000000" of text
   // that is no number, and printed the bounds to six places.
   app->add_option("--label-smoothing", a.label_smoothing, "Label smoothing ε in [0, 1]")
+      ->check(representable_real())
       ->check(CLI::Validator(
           [](const std::string& s) -> std::string {
             char* end = nullptr;
@@ -172,8 +191,11 @@ void add_problem_options(CLI::App* app, ProblemArgs& a, const char* mode_default
   // Range checks live in Problem::validate, whose messages name the value as
   // given (CLI11's NonNegativeNumber printed DBL_MAX in 300 digits).
   app->add_option("--softcap", a.softcap,
-                  "Logit softcap s (0 = off): z ↦ s·tanh(z/s); default: the model preset's, else 0");
-  app->add_option("--z-loss", a.z_loss, "z-loss scale λ, 0 or up to 1e6 (adds λ·LSE² per token)")->capture_default_str();
+                  "Logit softcap s (0 = off): z ↦ s·tanh(z/s); default: the model preset's, else 0")
+      ->check(representable_real());
+  app->add_option("--z-loss", a.z_loss, "z-loss scale λ, 0 or up to 1e6 (adds λ·LSE² per token)")
+      ->check(representable_real())
+      ->capture_default_str();
   app->add_flag("--bias", a.bias, "Add a bias b [V] to the logits (flce)");
   app->add_option("--mode", a.modes,
                   std::string("fwd (forward only) and/or fwdbwd (forward+backward); default ") + mode_default)

@@ -43,6 +43,9 @@ struct ProblemArgs {
 // option with a range its bounds, so the message states the range that holds.
 // `name` is the help text's placeholder.
 CLI::Validator whole_number(const std::string& name, uint64_t min = 0, uint64_t max = UINT64_MAX);
+// Refuses a real number whose text is out of a double's range (1e400, 1e-400,
+// which strtod reads as inf and 0); other text passes to the option's checks.
+CLI::Validator representable_real();
 
 // Minutes `ops` operations take on this machine's CPU, at ~1e9 operations a
 // second a core (measured here: the CPU backend and the fp64 reference at

@@ -481,7 +481,8 @@ class _CrossEntropy(torch.autograd.Function):
 
 
 def _reduction_code(reduction: str) -> int:
-    if reduction not in _lib.REDUCTIONS:
+    # isinstance first: a list was looked up in the dict and raised "unhashable type".
+    if not isinstance(reduction, str) or reduction not in _lib.REDUCTIONS:
         raise CeltuneInvalidArgument(f"celtune: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return _lib.REDUCTIONS[reduction]
 
@@ -498,8 +499,26 @@ def _config_json(config) -> Optional[str]:
         raise CeltuneInvalidArgument(f"celtune: config must be a JSON string or a dict of JSON values: {e}") from None
 
 
+def _real(name: str, value) -> float:
+    # float() took the string "0.1" and True as numbers, which F.cross_entropy refuses.
+    if isinstance(value, (str, bytes, bool)):
+        raise CeltuneInvalidArgument(f"celtune: {name} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise CeltuneInvalidArgument(f"celtune: {name} must be a number, got {value!r}") from None
+
+
+def _options(label_smoothing, softcap, z_loss, config) -> tuple:
+    """The loss options as the library takes them: (ε, s, λ, config JSON)."""
+    return (_real("label_smoothing", label_smoothing), 0.0 if softcap is None else _real("softcap", softcap),
+            _real("z_loss", z_loss), _config_json(config))
+
+
 def _ignore_index(ignore_index) -> int:
     try:
+        if isinstance(ignore_index, bool):  # operator.index(True) is 1
+            raise TypeError
         i = operator.index(ignore_index)
     except TypeError:
         raise CeltuneInvalidArgument(f"celtune: ignore_index must be an integer, got {ignore_index!r}") from None
@@ -549,9 +568,29 @@ def _autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
     return None
 
 
+def _tensors(*named) -> None:
+    # A list as target raised AttributeError ('list' object has no attribute 'numel').
+    for name, t in named:
+        if t is not None and not isinstance(t, Tensor):
+            raise CeltuneInvalidArgument(f"celtune: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _target_rows(target: Tensor, lead, rows: int, what: str) -> Tensor:
+    """The targets, flat: given with the input's leading shape, or flat with one a row.
+    Another shape of as many elements (a [S, B] target for a [B, S, ...] input)
+    paired tokens with the wrong targets, where F.cross_entropy refuses it."""
+    if target.numel() != rows:
+        raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but {what}")
+    if target.dim() != 1 and tuple(target.shape) != tuple(lead):
+        raise CeltuneInvalidArgument(f"celtune: target must have the input's leading shape {tuple(lead)} or be "
+                                     f"flat [{rows}], got {tuple(target.shape)}")
+    return target.reshape(-1)
+
+
 def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor]):
     """linear_cross_entropy's (and explain's) checks: [N, H] input, weight and bias
     as the kernels take them (cast as F.linear casts under autocast), flat targets."""
+    _tensors(("input", input), ("weight", weight), ("target", target), ("bias", bias))
     if weight.dim() != 2:
         raise CeltuneInvalidArgument(f"celtune: weight must be [V, H], got shape {tuple(weight.shape)}")
     V, H = weight.shape
@@ -564,9 +603,7 @@ def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != V):
         raise CeltuneInvalidArgument(f"celtune: bias must be [V] = [{V}], got {tuple(bias.shape)}")
     x = input.reshape(-1, H)
-    if target.numel() != x.shape[0]:
-        raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but input has "
-                                     f"{x.shape[0]} tokens")
+    flat = _target_rows(target, input.shape[:-1], x.shape[0], f"input has {x.shape[0]} tokens")
     _same_device(("input", input), ("weight", weight), ("target", target), ("bias", bias))
     _device_index(x.device)  # a meta tensor failed in torch.autocast with a bare RuntimeError
     cast = _autocast_dtype(x.device)
@@ -576,24 +613,23 @@ def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[
     if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         raise CeltuneInvalidArgument(f"celtune: input, weight and bias must share a dtype, got {x.dtype}, "
                                      f"{weight.dtype}, {None if bias is None else bias.dtype}")
-    return x, weight, bias, target.reshape(-1)
+    return x, weight, bias, flat
 
 
 def _prepare_ce(input: Tensor, target: Tensor):
     """cross_entropy's (and explain's) checks: [N, V] logits, flat targets."""
+    _tensors(("logits", input), ("target", target))
     if input.dim() < 1 or input.shape[-1] == 0:
         raise CeltuneInvalidArgument(f"celtune: logits must have a class dimension (the last) of at least 1, "
                                      f"got shape {tuple(input.shape)}")
     V = input.shape[-1]
     z = input.reshape(-1, V)
-    if target.numel() != z.shape[0]:
-        raise CeltuneInvalidArgument(f"celtune: target has {target.numel()} elements but logits have "
-                                     f"{z.shape[0]} rows")
+    flat = _target_rows(target, input.shape[:-1], z.shape[0], f"logits have {z.shape[0]} rows")
     if target.is_floating_point():
         raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")
     _same_device(("logits", input), ("target", target))
     _device_index(z.device)  # a meta tensor came back as a meta loss, through the fake kernel
-    return z, target.reshape(-1)
+    return z, flat
 
 
 def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None, *,
@@ -602,7 +638,8 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Op
     """F.cross_entropy(F.linear(input, weight, bias), target, ...) without the logits.
 
     input [..., H] (flattened to [N, H]; may be non-contiguous), weight [V, H],
-    bias [V] or None, target [...] of int64 or int32 with N elements. Gradients
+    bias [V] or None, target of int64 or int32 with input's leading shape [...]
+    or flat [N]. Gradients
     for input, weight and bias. Options as F.cross_entropy's, plus
     softcap (logits -> softcap * tanh(logits / softcap), Gemma 2) and z_loss
     (adds z_loss * logsumexp^2 per token). config: a dict or JSON string naming a
@@ -619,7 +656,7 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Op
     red = _reduction_code(reduction)
     ign = _ignore_index(ignore_index)
     x, weight, bias, tgt = _prepare_flce(input, weight, target, bias)
-    opts = (float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config))
+    opts = _options(label_smoothing, softcap, z_loss, config)
     if x.shape[0] == 0:
         _check_no_tokens(_flce_args(x, weight, tgt, bias, ign, red, *opts, _lib.FORWARD), x.device)
         return _no_tokens(torch.nn.functional.linear(x, weight, bias), red, target.shape)
@@ -641,9 +678,9 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     sum) writes the logits' gradient over the logits, saving one [N, V] buffer:
     in the forward call (fp16: in backward), so the logits are destroyed and
     nothing else may use them afterwards (autograd refuses a backward that needs
-    them); the logits must not be a leaf that requires grad, and their targets
-    are checked before anything is written. The logits keep their dtype under
-    autocast (the kernels accumulate in fp32 either way).
+    them); the logits must not be a leaf that requires grad, nor a view of
+    one, and their targets are checked before anything is written. The logits
+    keep their dtype under autocast (the kernels accumulate in fp32 either way).
 
     Differences from F.cross_entropy: reduction "mean" over zero valid tokens
     gives 0, not NaN; probabilities as targets and class weights are not supported.
@@ -651,16 +688,19 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     red = _reduction_code(reduction)
     ign = _ignore_index(ignore_index)
     z, tgt = _prepare_ce(input, target)
-    opts = (float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config))
+    opts = _options(label_smoothing, softcap, z_loss, config)
     if z.shape[0] == 0:
         _check_no_tokens(_ce_args(z, tgt, ign, red, *opts, _lib.FORWARD), z.device)
         return _no_tokens(z, red, target.shape)
     with_grad = torch.is_grad_enabled() and z.requires_grad
     inplace = bool(inplace_backward) and with_grad
-    if inplace and input.is_leaf:
+    # A view of a parameter (p[:], p.view(...)) is no leaf itself, but dZ written
+    # through it replaced the parameter's values: its base is what counts.
+    base = input._base
+    if inplace and (input.is_leaf or (base is not None and base.is_leaf and base.requires_grad)):
         raise CeltuneInvalidArgument("celtune: inplace_backward writes the gradient over the logits, and these are "
-                                     "a leaf tensor that requires grad (a parameter's data would be lost): pass "
-                                     "logits computed from it, or inplace_backward=False")
+                                     "a leaf tensor that requires grad, or a view of one (a parameter's data would "
+                                     "be lost): pass logits computed from it, or inplace_backward=False")
     loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, *opts, with_grad, inplace)
     return token_loss.view(target.shape) if red == _lib.NONE else loss
 
@@ -679,7 +719,7 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
     red = _reduction_code(reduction)
     ign = _ignore_index(ignore_index)
     mode = _lib.FORWARD_BACKWARD if backward else _lib.FORWARD
-    opts = (red, float(label_smoothing), float(softcap or 0.0), float(z_loss), _config_json(config), mode)
+    opts = (red, *_options(label_smoothing, softcap, z_loss, config), mode)
     if weight is None:
         z, tgt = _prepare_ce(input, target)
         args, family, device = _ce_args(z, tgt, ign, *opts), "ce", z.device

@@ -491,6 +491,12 @@ def test_inplace_backward_leaves_logits_alone_on_bad_input(device, dtype):
     with pytest.raises(ct.CeltuneInvalidArgument, match="leaf"):
         ct.cross_entropy(base, torch.tensor([1, 2, 3, 4], device=device), inplace_backward=True)
     assert torch.equal(base.detach(), before)
+    # Nor through a view of it, which is no leaf itself (dZ replaced the values).
+    for view in (lambda: base[:], lambda: base.view(4, 10), lambda: base.reshape(2, 2, 10)):
+        with pytest.raises(ct.CeltuneInvalidArgument, match="view of one"):
+            ct.cross_entropy(view(), torch.tensor([1, 2, 3, 4], device=device).view(view().shape[:-1]),
+                             inplace_backward=True).backward()
+    assert torch.equal(base.detach(), before)
     with torch.no_grad():  # no gradient, nothing written: allowed
         ct.cross_entropy(base, torch.tensor([1, 2, 3, 4], device=device), inplace_backward=True)
     assert torch.equal(base.detach(), before)
@@ -499,6 +505,7 @@ def test_inplace_backward_leaves_logits_alone_on_bad_input(device, dtype):
 @pytest.mark.parametrize("device", devices())
 def test_more_bad_input_is_invalid_argument(device):
     x, w, _, t = make(device, torch.float32)
+    x6, w6, _, t6 = make(device, torch.float32, N=36)
     bad = [
         (lambda: ct.cross_entropy(torch.zeros(3, 0, device=device), t[:3]), "class dimension"),
         (lambda: ct.linear_cross_entropy(x[:, :0], w[:, :0], t), "at least 1"),
@@ -514,10 +521,35 @@ def test_more_bad_input_is_invalid_argument(device):
         (lambda: ct.explain(x, w.half(), t), "share a dtype"),
         (lambda: ct.explain(x, w, t[:3]), "elements"),
         (lambda: ct.explain(x @ w.T, None, t[:3]), "rows"),
+        # a target of N elements in another shape paired tokens with the wrong targets
+        (lambda: ct.linear_cross_entropy(x6.view(2, 18, -1), w6, t6.view(18, 2)), "leading shape"),
+        (lambda: ct.cross_entropy((x6 @ w6.T).view(2, 18, -1), t6.view(18, 2)), "leading shape"),
+        (lambda: ct.linear_cross_entropy(x, w, t.view(-1, 1)), "leading shape"),
+        # option types F.cross_entropy refuses; a list reduction raised "unhashable"
+        (lambda: ct.linear_cross_entropy(x, w, t, reduction=["mean"]), "reduction must be"),
+        (lambda: ct.linear_cross_entropy(x, w, t, ignore_index=True), "must be an integer"),
+        (lambda: ct.linear_cross_entropy(x, w, t, label_smoothing="0.1"), "label_smoothing must be a number"),
+        (lambda: ct.cross_entropy(x @ w.T, t, softcap="30"), "softcap must be a number"),
+        (lambda: ct.cross_entropy(x @ w.T, t, z_loss=True), "z_loss must be a number"),
+        # a list as target raised AttributeError
+        (lambda: ct.linear_cross_entropy(x, w, t.tolist()), "target must be a torch.Tensor"),
+        (lambda: ct.cross_entropy((x @ w.T).tolist(), t), "logits must be a torch.Tensor"),
     ]
     for f, msg in bad:
         with pytest.raises(ct.CeltuneInvalidArgument, match=msg):
             f()
+
+
+@pytest.mark.parametrize("device", devices())
+def test_targets_take_the_inputs_leading_shape_or_are_flat(device):
+    x, w, _, t = make(device, torch.float32, N=36)
+    x3, t2 = x.view(2, 18, -1), t.view(2, 18)
+    flat = ct.linear_cross_entropy(x, w, t, reduction="none")
+    assert torch.equal(ct.linear_cross_entropy(x3, w, t2, reduction="none"), flat.view(t2.shape))
+    assert torch.equal(ct.linear_cross_entropy(x3, w, t, reduction="none"), flat)  # flat targets: a flat loss
+    z = x @ w.T
+    assert torch.equal(ct.cross_entropy(z.view(2, -1, w.shape[0]), t2, reduction="none"),
+                       ct.cross_entropy(z, t, reduction="none").view(t2.shape))
 
 
 @pytest.mark.parametrize("device", devices())

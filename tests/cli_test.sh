@@ -950,6 +950,31 @@ expect 0 "report into a folder whose name holds an escape" -- "$celtune" report 
 contains out 'removed ' "report says what it removed"
 ! grep -q "$(printf '\033')" "$tmp/out" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report: a raw escape on stdout"; }
 rm -rf "$esc" "$escdir"
+# An interrupt leaves no temporary of export's or report's behind: OUT.XXXXXX
+# and *.svg.XXXXXX stayed, and no later run removed them. The shipped rows under
+# sixteen kernel hashes make an export of ~0.5 s.
+python3 - "$(dirname "$0")/../db/tuned/nvidia-h100-80gb-hbm3.jsonl" "$tmp/many.jsonl" <<'PY2'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for k in range(16):
+        for r in rows:
+            r["kernel_hash"] = "%016x" % (k + 1)
+            f.write(json.dumps(r) + "\n")
+PY2
+"$celtune" db --db "$tmp/many.sqlite" import "$tmp/many.jsonl" >/dev/null
+mkdir -p "$tmp/intr"
+interrupted=0
+for d in 0.1 0.2 0.3; do
+  for sig in INT TERM HUP; do
+    timeout --preserve-status -s $sig $d "$celtune" db --db "$tmp/many.sqlite" export -o "$tmp/intr/out.jsonl" >/dev/null 2>&1
+    case $? in 130 | 143 | 129) interrupted=$((interrupted + 1)) ;; esac
+    timeout --preserve-status -s $sig 0.05 "$celtune" report --db "$tmp/many.sqlite" -o "$tmp/intr/rep" >/dev/null 2>&1
+  done
+done
+[ "$interrupted" -gt 0 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: no export was interrupted (too fast to judge)"; }
+left=$(find "$tmp/intr" -name '*.??????' | head -5)
+[ -z "$left" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: an interrupt left temporaries: $left"; }
 # SQLite opens databases whose absolute path is at most 504 bytes: past that,
 # say so (it said "unable to open database file").
 deep="$tmp"

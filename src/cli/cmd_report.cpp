@@ -173,7 +173,7 @@ Action register_report(CLI::App& app) {
       for (size_t i = 0; i < plots.size(); ++i) commit_file(staged[i], plots[i].first.string());
     } catch (...) {
       // A renamed temporary is gone already; what a failed rename left is not.
-      for (const auto& t : staged) std::filesystem::remove(t, ec);
+      for (const auto& t : staged) discard_staged(t);
       throw;
     }
     for (const auto& f : stale)

@@ -42,6 +42,7 @@ extern "C" void remove_and_die(int sig) {
   const bool unwritten = !g_only_if_unwritten || (::stat(g_files[1], &wal) == 0 && wal.st_size == 0);
   if (unwritten)
     for (int i = 0; i < g_count; ++i) ::unlink(g_files[i]);
+  remove_staged_files();  // stage_file's temporaries: its handler is the one this replaced
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -106,6 +108,63 @@ std::string temp_template(const std::string& path, size_t room) {
   return (p.parent_path() / (name.substr(0, cut) + sep + "XXXXXX")).string();
 }
 
+namespace {
+// The temporaries stage_file has made and nobody has renamed or removed yet: a
+// signal (SIGINT, SIGTERM, SIGHUP) removes them before it takes its course. An
+// interrupted export left its partial OUT.XXXXXX, and a report up to a hundred
+// *.svg.XXXXXX, which no later run removed. Each name is a heap copy, in its
+// slot before the count covers it and out of it before it is freed; the
+// handler calls only unlink, signal and raise (async-signal-safe). Past
+// kMaxStaged at once a temporary is not tracked (a report of that many plots).
+constexpr int kMaxStaged = 4096;
+char* volatile g_staged[kMaxStaged];
+volatile sig_atomic_t g_staged_count = 0;
+
+extern "C" void remove_staged_and_die(int sig) {
+  remove_staged_files();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void track_staged(const std::string& tmp) {
+  static const bool installed = [] {
+    // A signal the parent ignored (SIGINT in a shell's background job, SIGHUP
+    // under nohup) stays ignored.
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP})
+      if (::signal(sig, remove_staged_and_die) == SIG_IGN) ::signal(sig, SIG_IGN);
+    return true;
+  }();
+  (void)installed;
+  const int n = g_staged_count;
+  if (n >= kMaxStaged) return;
+  g_staged[n] = ::strdup(tmp.c_str());
+  g_staged_count = n + 1;
+}
+
+void untrack_staged(const std::string& tmp) {
+  int n = g_staged_count;
+  for (int i = 0; i < n; ++i)
+    if (char* name = g_staged[i]; name && tmp == name) {
+      g_staged[i] = nullptr;
+      std::free(name);
+      break;
+    }
+  while (n > 0 && g_staged[n - 1] == nullptr) --n;
+  g_staged_count = n;
+}
+}  // namespace
+
+void remove_staged_files() noexcept {
+  for (int i = 0; i < g_staged_count; ++i)
+    if (const char* name = g_staged[i]) ::unlink(name);
+}
+
+void discard_staged(const std::string& tmp) {
+  std::error_code ec;
+  std::filesystem::remove(tmp, ec);
+  untrack_staged(tmp);
+}
+
 std::string stage_file(const std::string& path, const std::function<void(std::ostream&)>& body) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -120,6 +179,7 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
   ::close(fd);
+  track_staged(tmp);
   try {
     {
       std::ofstream f(tmp, std::ios::trunc);
@@ -137,7 +197,7 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
     if (sync_fd >= 0) ::close(sync_fd);
     if (!synced) fail_env("cannot flush " + tmp + " to disk: " + std::strerror(errno));
   } catch (...) {
-    fs::remove(tmp, ec);
+    discard_staged(tmp);
     throw;
   }
   return tmp;
@@ -147,9 +207,10 @@ void commit_file(const std::string& tmp, const std::string& path) {
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
-    std::filesystem::remove(tmp, ec);
+    discard_staged(tmp);
     fail_env("cannot rename " + tmp + " to " + path + ": " + ec.message());
   }
+  untrack_staged(tmp);
 }
 
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& body) {

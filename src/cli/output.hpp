@@ -52,6 +52,12 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
 // temporary, not for what it becomes).
 mode_t new_file_mode();
 void commit_file(const std::string& tmp, const std::string& path);
+// Removes a temporary stage_file made that will not be committed.
+void discard_staged(const std::string& tmp);
+// Unlinks every temporary stage_file made that is neither committed nor
+// discarded: async-signal-safe, for signal handlers (stage_file installs one
+// for SIGINT, SIGTERM and SIGHUP; NewDatabase's calls this too).
+void remove_staged_files() noexcept;
 // "1 problem", "3 problems": a count with its noun, singular for one.
 std::string counted(size_t n, const std::string& one, const std::string& many);
 

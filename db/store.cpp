@@ -205,11 +205,16 @@ void recover_hot_journal(const std::string& path) {
   int rc = sqlite3_open_v2(file_uri(path, "").c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI,
                            nullptr);
   if (rc == SQLITE_OK) rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
-  const bool readonly = (rc & 0xff) == SQLITE_READONLY || rc == SQLITE_CANTOPEN || rc == SQLITE_PERM;
+  const std::string why = rc == SQLITE_OK ? "" : (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   sqlite3_close(db);
-  if (readonly)
+  // Any failure, not only a read-only file: where the file was writable but its
+  // folder was not, the rollback rewrote the file and then failed to remove the
+  // journal (an I/O error), and every later read said only SQLite's "attempt to
+  // write a readonly database".
+  if (rc != SQLITE_OK && std::filesystem::exists(path + "-journal", ec))
     fail_env("database " + path + " holds an interrupted write (" + path +
-             "-journal) that only a user who may write both can roll back; until then it cannot be read");
+             "-journal) that only a user who may write the file and its folder can roll back (SQLite: " + why +
+             "); until then it cannot be read");
 }
 }  // namespace
 

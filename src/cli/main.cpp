@@ -99,15 +99,16 @@ int main(int argc, char** argv) {
               << '\n';
     return static_cast<int>(Status::environment);
   };
+  auto refused = [](const std::string& why) {
+    std::cerr << "celtune: " << printable_message(why) << '\n';
+    return static_cast<int>(Status::usage);
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     // `celtune bogus --help` printed the top level's help and exited 0: a script
     // asking whether a command exists was told it does.
-    if (const std::string why = unknown_command(app, argc, argv, true); !why.empty()) {
-      std::cerr << "celtune: " << printable_message(why) << '\n';
-      return static_cast<int>(Status::usage);
-    }
+    if (const std::string why = unknown_command(app, argc, argv, true); !why.empty()) return refused(why);
     return printed(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
     return printed(app.exit(e));
@@ -116,10 +117,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::RequiredError& e) {
     // "A subcommand is required" for `celtune bogus` or `celtune db bogus`: name
     // the word that is not a command, and the commands there are.
-    if (const std::string why = unknown_command(app, argc, argv); !why.empty()) {
-      std::cerr << "celtune: " << printable_message(why) << '\n';
-      return static_cast<int>(Status::usage);
-    }
+    if (const std::string why = unknown_command(app, argc, argv); !why.empty()) return refused(why);
     app.exit(e);
     return static_cast<int>(Status::usage);
   } catch (const CLI::ParseError& e) {

@@ -28,11 +28,8 @@ constexpr int kMaxFiles = 4;
 char g_files[kMaxFiles][4096];
 volatile sig_atomic_t g_count = 0;
 volatile sig_atomic_t g_only_if_unwritten = 0;
-constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
-// What each signal did before: restored by disarm, and a signal the parent
-// ignored (SIGINT in a shell's background job, SIGHUP under nohup) stays ignored.
-using Handler = void (*)(int);
-Handler g_previous[3] = {SIG_DFL, SIG_DFL, SIG_DFL};
+// What each of kCleanupSignals did before: restored by disarm.
+SignalHandler g_previous[3] = {SIG_DFL, SIG_DFL, SIG_DFL};
 
 extern "C" void remove_and_die(int sig) {
   // Nothing committed yet: a connection is open (its -wal exists) and no
@@ -60,15 +57,12 @@ bool arm(const std::string& path, bool only_if_unwritten) {
   }
   g_only_if_unwritten = only_if_unwritten;
   g_count = n;
-  for (int i = 0; i < 3; ++i) {
-    g_previous[i] = ::signal(kSignals[i], remove_and_die);
-    if (g_previous[i] == SIG_IGN) ::signal(kSignals[i], SIG_IGN);
-  }
+  install_cleanup_handler(remove_and_die, &g_previous);
   return true;
 }
 
 void disarm() {
-  for (int i = 0; i < 3; ++i) ::signal(kSignals[i], g_previous[i] == SIG_ERR ? SIG_DFL : g_previous[i]);
+  for (int i = 0; i < 3; ++i) ::signal(kCleanupSignals[i], g_previous[i] == SIG_ERR ? SIG_DFL : g_previous[i]);
   g_count = 0;
 }
 

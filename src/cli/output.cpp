@@ -127,13 +127,7 @@ extern "C" void remove_staged_and_die(int sig) {
 }
 
 void track_staged(const std::string& tmp) {
-  static const bool installed = [] {
-    // A signal the parent ignored (SIGINT in a shell's background job, SIGHUP
-    // under nohup) stays ignored.
-    for (const int sig : {SIGINT, SIGTERM, SIGHUP})
-      if (::signal(sig, remove_staged_and_die) == SIG_IGN) ::signal(sig, SIG_IGN);
-    return true;
-  }();
+  static const bool installed = (install_cleanup_handler(remove_staged_and_die), true);
   (void)installed;
   const int n = g_staged_count;
   if (n >= kMaxStaged) return;
@@ -153,6 +147,14 @@ void untrack_staged(const std::string& tmp) {
   g_staged_count = n;
 }
 }  // namespace
+
+void install_cleanup_handler(SignalHandler handler, SignalHandler (*previous)[3]) {
+  for (int i = 0; i < 3; ++i) {
+    const SignalHandler before = ::signal(kCleanupSignals[i], handler);
+    if (before == SIG_IGN) ::signal(kCleanupSignals[i], SIG_IGN);
+    if (previous) (*previous)[i] = before;
+  }
+}
 
 void remove_staged_files() noexcept {
   for (int i = 0; i < g_staged_count; ++i)

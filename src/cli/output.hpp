@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <csignal>
 #include <functional>
 #include <iosfwd>
 #include <string>
@@ -52,6 +53,14 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
 // temporary, not for what it becomes).
 mode_t new_file_mode();
 void commit_file(const std::string& tmp, const std::string& path);
+// The signals after which this process removes the files it has not finished
+// (stage_file's temporaries, NewDatabase's database), and the one way their
+// handler goes in: a signal the parent ignored (SIGINT in a shell's background
+// job, SIGHUP under nohup) stays ignored. `previous`, where given, receives
+// what each signal did before, in kCleanupSignals' order, for a restore.
+inline constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+using SignalHandler = void (*)(int);
+void install_cleanup_handler(SignalHandler handler, SignalHandler (*previous)[3] = nullptr);
 // Removes a temporary stage_file made that will not be committed.
 void discard_staged(const std::string& tmp);
 // Unlinks every temporary stage_file made that is neither committed nor

@@ -426,7 +426,7 @@ class CudaBackend : public Backend {
     // Timed as the ce rows are, after a flush of L2: the copies up to a few MB
     // otherwise read their source from L2 where the ce kernel reads device
     // memory, and their launch waited on the host, which the ce rows' flush
-    // hides (H100 and H200, .gpu-x/probe/fewrows.cu: an empty kernel 2.8–3.2 µs
+    // hides (H100 and H200, scripts/probe/fewrows.cu: an empty kernel 2.8–3.2 µs
     // after a flush, 6.2–6.8 µs without; a copy of 128 KB 3.8–4.0 µs cold,
     // 6.9–7.0 hot).
     Buffer flush(2 * static_cast<size_t>(l2_bytes_));

@@ -85,6 +85,24 @@ __device__ __forceinline__ void merge(float& m, float& d, float m2, float d2) {
   m = M;
 }
 
+// Partials (m, d, Σẑ, ẑ_target) q[0..n) folded into (m, d, zs, zt) in a fixed
+// order, the max first: every d is scaled once to the common max, so the n
+// exponentials are independent, where merge's chain took two at each of n
+// dependent steps (a cluster's 16 blocks: 16 steps, on a few rows' path).
+// An empty partial (m = −inf) adds nothing; all empty stays (m, d) as it was.
+template <typename Q>
+__device__ __forceinline__ void merge_span(float& m, float& d, float& zs, float& zt, int n, Q q) {
+  float M = m;
+  for (int k = 0; k < n; ++k) M = fmaxf(M, q(k).x);
+  float s = M == kNegInf || m == kNegInf ? 0.0f : d * __expf(m - M);
+  for (int k = 0; k < n; ++k) {
+    const float4 e = q(k);
+    if (e.x != kNegInf) s += e.y * __expf(e.x - M);
+    zs += e.z, zt += e.w;
+  }
+  if (M != kNegInf) m = M, d = s;
+}
+
 __device__ __forceinline__ int64_t target_of(const LossParams& p, int64_t row) {
   return p.targets_i64 ? static_cast<const int64_t*>(p.targets)[row]
                        : static_cast<int64_t>(static_cast<const int32_t*>(p.targets)[row]);
@@ -446,35 +464,54 @@ struct Partial {
   float m, d, zs;
 };
 
-// The block's Partial from every thread's statistics; valid in thread 0.
+// A float's order as a signed integer (its bits, the negative ones' magnitude
+// bits flipped): ordered_key(a) < ordered_key(b) where a < b, for every
+// non-NaN float, ±0 and ±inf included. The map is its own inverse, so a warp's
+// max is one redux instruction (__reduce_max_sync takes integers on sm_90).
+__device__ __forceinline__ int ordered_key(float x) {
+  const int i = __float_as_int(x);
+  return i >= 0 ? i : i ^ 0x7fffffff;
+}
+__device__ __forceinline__ float warp_max(float x) {
+  const int k = __reduce_max_sync(0xffffffffu, ordered_key(x));
+  return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff);
+}
+
+// The block's Partial from every thread's statistics; valid in thread 0. The
+// block's max first (a redux a warp, one exchange through shared memory), then
+// each thread's d scaled to it once and summed: one exponential a thread. The
+// butterflies of pairwise merges this replaces (ten dependent steps of two
+// shuffles and two exponentials each) were a third of a few rows' spread
+// forward past its reads (H100, scripts/probe/finish.cu: ~0.9 µs of 8.5).
 __device__ __forceinline__ Partial block_partial(ThreadStats t) {
   // NaN inputs must give a NaN loss (as PyTorch): poison d, and give m a finite
-  // value so the merges below (fmaxf, which drops NaN) do not skip this thread as
-  // empty. A NaN anywhere in the thread's values is a NaN in its m (max_nan) or
+  // value so the max below (which would otherwise order it past +inf) does not
+  // take it. A NaN anywhere in the thread's values is a NaN in its m (max_nan) or
   // its d (+inf beside −inf: exp(inf − inf)).
   if (isnan(t.m) || isnan(t.d)) t.d = NAN, t.m = 0.0f;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float om = __shfl_xor_sync(0xffffffffu, t.m, off), od = __shfl_xor_sync(0xffffffffu, t.d, off);
-    merge(t.m, t.d, om, od);
-    t.zs += __shfl_xor_sync(0xffffffffu, t.zs, off);
-  }
   __shared__ float sm[32], sd[32], sz[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
-  if (lane == 0) sm[warp] = t.m, sd[warp] = t.d, sz[warp] = t.zs;
+  float M = warp_max(t.m);
+  if (lane == 0) sm[warp] = M;
   __syncthreads();
-  if (warp == 0) {
-    t.m = lane < nwarps ? sm[lane] : kNegInf;
-    t.d = lane < nwarps ? sd[lane] : 0.0f;
-    t.zs = lane < nwarps ? sz[lane] : 0.0f;
+  M = sm[0];
+#pragma unroll 1
+  for (int w = 1; w < nwarps; ++w) M = fmaxf(M, sm[w]);
+  // An empty thread (m = −inf) adds nothing; an empty block (M = −inf) stays d = 0.
+  float d = t.m == kNegInf ? 0.0f : t.d * __expf(t.m - M), zs = t.zs;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float om = __shfl_xor_sync(0xffffffffu, t.m, off), od = __shfl_xor_sync(0xffffffffu, t.d, off);
-      merge(t.m, t.d, om, od);
-      t.zs += __shfl_xor_sync(0xffffffffu, t.zs, off);
-    }
+  for (int off = 16; off > 0; off >>= 1) {
+    d += __shfl_xor_sync(0xffffffffu, d, off);
+    zs += __shfl_xor_sync(0xffffffffu, zs, off);
   }
-  return {t.m, t.d, t.zs};
+  if (lane == 0) sd[warp] = d, sz[warp] = zs;
+  __syncthreads();
+  // sm is not written again before every thread has passed the barrier above, nor
+  // sd and sz before thread 0 has reached the first barrier of a next call.
+  if (threadIdx.x == 0)
+#pragma unroll 1
+    for (int w = 1; w < nwarps; ++w) d += sd[w], zs += sz[w];
+  return {M, d, zs};
 }
 
 template <typename T, int ELEMS>
@@ -1092,11 +1129,7 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     if (splits > 1) bar_wait(&s_xbar, 0);
     // Every block merges the same partials in the same order: all agree on L.
     float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
-    for (int k = 0; k < splits; ++k) {
-      const float4 q = s_parts[k];
-      merge(m, d, q.x, q.y);
-      zs += q.z, zt += q.w;
-    }
+    merge_span(m, d, zs, zt, splits, [&](int k) { return s_parts[k]; });
     const float L = m + logf(d);
     if (first) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zt, y);
     s_L = L;
@@ -1224,17 +1257,17 @@ __device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned x) {
 // in flight together. Read through L2: other blocks wrote them in this launch.
 // `valid` false: the lane's group has no row (its loads are skipped, the
 // shuffles still taken: every lane of the warp must reach them).
+constexpr int kMergeAhead = 4;
 __device__ __forceinline__ void merge_row_parts(const float4* q, int splits, int G, int gl, bool valid, float& m,
                                                 float& d, float& zs, float& zt) {
-  constexpr int kAhead = 4;
+  constexpr int kAhead = kMergeAhead;
   m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
   for (int k0 = gl; k0 < splits; k0 += G * kAhead) {
     float4 e[kAhead];
 #pragma unroll
     for (int j = 0; j < kAhead; ++j)
       e[j] = valid && k0 + j * G < splits ? __ldcg(q + k0 + j * G) : make_float4(kNegInf, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < kAhead; ++j) merge(m, d, e[j].x, e[j].y), zs += e[j].z, zt += e[j].w;
+    merge_span(m, d, zs, zt, kAhead, [&](int j) { return e[j]; });
   }
   float M = m;
   for (int off = G / 2; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
@@ -1249,18 +1282,24 @@ __device__ __forceinline__ void merge_row_parts(const float4* q, int splits, int
 }
 
 // The lanes a row's merge takes: a warp from 32 partials up, else the power of
-// two that covers them (four rows of 8 partials share a warp).
-__device__ __forceinline__ int merge_group(int splits) {
+// two that covers them (four rows of 8 partials share a warp); fewer where the
+// block's `threads` would otherwise take the rows in more than one pass and
+// each lane still loads its partials in one round (16 rows of 32 partials: 16
+// lanes a row, one pass of 256 threads where a warp a row took two, each a
+// round trip to L2 and a chain of shuffles). The spread backward asks with the
+// same arguments as the forward's end, so both modes merge a row alike.
+__device__ __forceinline__ int merge_group(int splits, int64_t rows, int threads) {
   int g = 1;
   while (g < splits && g < 32) g *= 2;
+  while (g > 1 && rows * g > threads && (splits + g / 2 - 1) / (g / 2) <= kMergeAhead) g /= 2;
   return g;
 }
 
 // The forward's end in one arrival (forward, a few rows): every block of the
 // launch has published its segment's partial in `parts` ([rows][splits]) and
 // arrived at one.done; the last to arrive merges every row (merge_row_parts,
-// merge_group's lanes a row, so a warp a row wherever the spread backward
-// merges a row: the same bits in both modes), writes its LSE and token loss,
+// merge_group's lanes a row, as many as the spread backward takes for it: the
+// same bits in both modes), writes its LSE and token loss,
 // counts the targets and reduces the loss, all in one sweep whose sums meet in
 // shared memory behind one barrier. A row's last block and then the call's
 // last, two arrivals in a row, and three block-wide reductions after them, cost
@@ -1269,7 +1308,8 @@ __device__ __forceinline__ int merge_group(int splits) {
 // forward at 1–4 rows took 15–18% less time on the H100 (docs/results.md).
 __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* parts, int splits, int64_t r0,
                                             int64_t rows, float* lse, float* token_loss, const OneLaunch& one) {
-  const int G = merge_group(splits), lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  const int G = merge_group(splits, rows, blockDim.x), lane = threadIdx.x % 32, warp = threadIdx.x / 32,
+            nwarps = blockDim.x / 32;
   const int per_warp = 32 / G, gl = lane % G;
   float acc = 0.0f;  // the group's first lane's token losses, its rows in order
   long long c = 0, b = INT64_MAX;
@@ -1286,10 +1326,12 @@ __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* p
       count_target(p, r0 + r, y, c, b);
     }
   }
-  // The groups' sums in a fixed order: lanes, then warps.
+  // The groups' sums in a fixed order: lanes, then warps. Only a group's first
+  // lane holds any (the others add 0), so the lanes G apart are all there is to
+  // sum: none at a warp a row. Warps past the rows' hold none either.
   __shared__ float s_acc[32];
   __shared__ long long s_c[32], s_b[32];
-  for (int off = 16; off > 0; off >>= 1) {
+  for (int off = 16; off >= G; off >>= 1) {
     acc += __shfl_xor_sync(0xffffffffu, acc, off);
     c += __shfl_xor_sync(0xffffffffu, c, off);
     b = min(b, __shfl_xor_sync(0xffffffffu, b, off));
@@ -1299,7 +1341,8 @@ __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* p
   if (threadIdx.x == 0) {
     float total = 0.0f;
     long long count = 0, first = INT64_MAX;
-    for (int w = 0; w < nwarps; ++w) total += s_acc[w], count += s_c[w], first = min(first, s_b[w]);
+    const int used = rows >= int64_t{nwarps} * per_warp ? nwarps : static_cast<int>((rows + per_warp - 1) / per_warp);
+    for (int w = 0; w < used; ++w) total += s_acc[w], count += s_c[w], first = min(first, s_b[w]);
     *one.n_valid = count, *one.bad = first == INT64_MAX ? -1 : first;
     *one.loss = reduced_loss(total, p.reduction, count);
     *one.done = 0;
@@ -1363,15 +1406,12 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   if (threadIdx.x == 0) {
     add_acq_rel(count, 1u);
     while (load_acquire(count) < static_cast<unsigned>(splits)) __nanosleep(32);
-    // Leaving: the last block out returns the counter to zero (every block has
-    // seen it full by then, so no one still waits on it).
-    if (add_acq_rel(count, 1u) == 2u * static_cast<unsigned>(splits) - 1u) *count = 0;
     s_owner = g.c0 == 0;
   }
   __syncthreads();
   if (threadIdx.x < 32) {
     float m, d, zs, zsum_t;
-    const int G = merge_group(splits);
+    const int G = merge_group(splits, v.rows, blockDim.x);
     merge_row_parts(parts + g.r * splits, splits, G, threadIdx.x % G, true, m, d, zs, zsum_t);
     if (threadIdx.x == 0) {
       const float L = m + logf(d);
@@ -1393,6 +1433,10 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
       store_masked<T, ELEMS>(orow, mine, g.cols, x);
     }
   }
+  // Leaving: the last block out returns the counter to zero (every block has
+  // seen it full by then, so no one still waits on it). Here, not before the
+  // merge: its round trip was one more on every block's path to the gradient.
+  if (threadIdx.x == 0 && atomicAdd(count, 1u) == 2u * static_cast<unsigned>(splits) - 1u) *count = 0;
   if (s_owner) finish_call(v, p, token_loss, n, one);
 }
 
@@ -1469,11 +1513,7 @@ __global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows
   const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
-  for (int k = 0; k < splits; ++k) {
-    const float4 q = parts[r * splits + k];
-    merge(m, d, q.x, q.y);
-    zs += q.z, zt += q.w;
-  }
+  merge_span(m, d, zs, zt, splits, [&](int k) { return parts[r * splits + k]; });
   const float L = m + logf(d);
   lse[r0 + r] = L;
   token_loss[r0 + r] = row_loss(p, L, zs, zt, target_of(p, r0 + r));

@@ -4,8 +4,6 @@
 // no exchange between blocks, one (a fence and an atomic, the last block merges),
 // two (a row's last block, then the call's), or a cluster's exchange through
 // distributed shared memory. Event timed, medians; nothing of celtune is linked.
-// (kernels/cuda_backend.cu's floor comment names this file by the untracked path
-// it was first run from, .gpu-x/probe/fewrows.cu.)
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o fewrows scripts/probe/fewrows.cu && ./fewrows [N,V ...]
 // N,V arguments replace the few-row shapes (the forty-seventh session ran it at
 // 256-4096 rows: `./fewrows 256,32000 512,32000 1024,32000 ...`).

@@ -675,18 +675,41 @@ TEST_CASE("impl fused is refused with a reason for fp32 and the ce family") {
   CHECK(!gpu()->supports(p, c, &why));
 }
 
-TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang") {
-  Problem p;
-  p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = DType::bf16;
-  HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
-  in.logits[5000 + 17] = NAN;
-  in.logits[3 * 5000 + 4] = INFINITY;
-  KernelConfig c;
-  c.block_size = 1024, c.threads = 256;
-  const HostOutputs out = gpu()->run(p, c, in);
-  CHECK(std::isnan(out.loss));
-  CHECK(std::isnan(out.lse[1]));
-  CHECK(std::isfinite(out.lse[0]));
+TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang, on every ce path and in both modes") {
+  // Each path reduces a row its own way (a block's max and scaled sum, a
+  // segment's partials merged max first, a cluster's, a spread row's through
+  // global memory): a NaN must reach the row's LSE and the loss on each, and a
+  // row without one must stay finite. Row 3's +inf makes its LSE non-finite.
+  struct Path {
+    const char* name;
+    int block_size, threads;
+    int64_t v_chunk;
+    bool fused;
+  };
+  const Path paths[] = {{"whole rows", 1024, 256, 0, false},
+                        {"split statistics", 1024, 256, 1024, false},
+                        {"cluster", 1024, 256, 1024, true},
+                        {"spread", 256, 32, 256, true}};  // 20 segments: more than a cluster holds
+  for (const Path& path : paths)
+    for (Mode mode : {Mode::forward, Mode::forward_backward}) {
+      CAPTURE(path.name);
+      CAPTURE(static_cast<int>(mode));
+      Problem p;
+      p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = DType::bf16, p.mode = mode;
+      HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
+      in.logits[5000 + 17] = NAN;
+      in.logits[3 * 5000 + 4] = INFINITY;
+      KernelConfig c;
+      c.block_size = path.block_size, c.threads = path.threads, c.v_chunk = path.v_chunk, c.fused = path.fused;
+      std::string why;
+      REQUIRE_MESSAGE(gpu()->supports(p, c, &why), why);
+      const HostOutputs out = gpu()->run(p, c, in);
+      CHECK(std::isnan(out.loss));
+      CHECK(std::isnan(out.lse[1]));
+      CHECK_FALSE(std::isfinite(out.lse[3]));
+      CHECK(std::isfinite(out.lse[0]));
+      CHECK(std::isfinite(out.lse[2]));
+    }
 }
 
 TEST_CASE("unsupported configs and shapes are refused with a clear message") {

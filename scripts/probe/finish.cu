@@ -38,7 +38,7 @@ __device__ __noinline__ void finish_rows_call(const LossParams& p, const float4*
   if (dry) {
     // The same code with no rows and no stores: rows = 0 skips the merge loop, so
     // this warms only the tail; a real dry merge of one invalid row follows.
-    const int G = merge_group(splits), gl = threadIdx.x % G;
+    const int G = merge_group(splits, rows, blockDim.x), gl = threadIdx.x % G;
     float m, d, zs, zt;
     merge_row_parts(parts, splits, G, gl, false, m, d, zs, zt);
     if (m > 1e30f && d > 1e30f) g_sink = zs + zt;  // never: keeps the merge

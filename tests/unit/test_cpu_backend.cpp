@@ -96,6 +96,43 @@ TEST_CASE("NaN in the inputs gives a NaN loss, no crash") {
   CHECK(std::isfinite(out.lse[0]));
 }
 
+TEST_CASE("an ignored row adds no loss and no gradient whatever its logits hold") {
+  // flce-math.md: ignored tokens contribute no gradient. A NaN logit (either
+  // sign) or a row all −inf (a padding row masked out) makes the row's L NaN or
+  // −inf, and c·(1 + 2λL) with c = 0 is then NaN, not 0: the zero must come from
+  // c itself. Smoothing and z-loss on, so every term of dZ is in play; one pass
+  // and chunks merged online.
+  for (int64_t v_chunk : {int64_t{0}, int64_t{16}}) {
+    CAPTURE(v_chunk);
+    Problem p;
+    p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 50, p.dtype = DType::fp32;
+    p.mode = Mode::forward_backward, p.loss.label_smoothing = 0.1, p.loss.z_loss = 1e-4;
+    HostCase in = make_case(p, CaseSpec{.seed = 5, .ignore_fraction = 0.0});
+    const int64_t ig = p.loss.ignore_index;
+    in.targets = {3, ig, ig, 49};
+    in.n_valid = 2;
+    in.logits[50 + 33] = std::copysign(NAN, -1.0f);
+    std::fill(in.logits.begin() + 100, in.logits.begin() + 150, -INFINITY);
+    KernelConfig c;
+    c.block_size = 16, c.v_chunk = v_chunk;
+    const HostOutputs out = cpu::run(p, c, in);
+    const RefOutputs ref = reference::run(p, in);
+    CHECK(std::isfinite(out.loss));
+    CHECK(out.loss == doctest::Approx(ref.loss).epsilon(1e-5));
+    CHECK(out.token_loss[1] == 0.0f);
+    CHECK(out.token_loss[2] == 0.0f);
+    for (int64_t j = 0; j < 50; ++j) {
+      CAPTURE(j);
+      CHECK(out.grad_logits[static_cast<size_t>(50 + j)] == 0.0f);
+      CHECK(out.grad_logits[static_cast<size_t>(100 + j)] == 0.0f);
+      CHECK(ref.grad_logits[static_cast<size_t>(50 + j)] == 0.0);
+      CHECK(ref.grad_logits[static_cast<size_t>(100 + j)] == 0.0);
+      CHECK(std::isfinite(out.grad_logits[static_cast<size_t>(j)]));
+      CHECK(std::isfinite(out.grad_logits[static_cast<size_t>(150 + j)]));
+    }
+  }
+}
+
 TEST_CASE("a -inf logit (a masked column): PyTorch's finite loss without smoothing, +inf with it") {
   // 0·(−inf) in the smoothing term made the loss NaN at label smoothing 0, with
   // the LSE and the gradients finite and right (found by the C API probe).

@@ -271,6 +271,16 @@ python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UP
   "$tmp/badcfg.sqlite"
 expect 3 "validate --from-db with a stored config the rules refuse" -- "$celtune" validate --device cpu --from-db "$tmp/badcfg.sqlite"
 contains err "is invalid (block_size" "the refusal names the row and the rule"
+# So is a row its device's rules refuse (impl fused on a cpu row), which db list
+# marks INVALID and the runtime skips: it was run, failed, and counted as a
+# failed validation (exit 1).
+cp "$tmp/t.sqlite" "$tmp/badimpl.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE configs SET json = json_set(json, \"$.impl\", \"fused\") WHERE id = (SELECT config_id FROM best LIMIT 1)"); c.commit()' \
+  "$tmp/badimpl.sqlite"
+expect 3 "validate --from-db with a stored row its device's rules refuse" -- "$celtune" validate --device cpu --from-db "$tmp/badimpl.sqlite"
+contains err "is invalid (impl fused runs on sm_90 only" "the refusal names the row and the device's rule"
+expect 0 "db list marks the same row" -- "$celtune" db --db "$tmp/badimpl.sqlite" list
+contains out "INVALID" "list marks the row its device's rules refuse"
 # db list, report and tune show or use such a row only with a word naming it and
 # the rule (they once showed it, plotted it and seeded the search from it silently);
 # --json stays JSON, the row marked there too.

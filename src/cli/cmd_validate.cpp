@@ -124,9 +124,11 @@ Action register_validate(CLI::App& app) {
       uint64_t s = seed;
       for (const auto& b : store.best_entries()) {
         if (b.device.name != dev.name || b.device.arch != dev.arch) continue;
-        // A stored config the shared rules refuse is damage (import never stores
-        // one), not a kernel that failed validation: exit 3 naming the row.
-        if (const std::string rule = db::broken_rule(b.problem, b.config); !rule.empty())
+        // A stored row the shared rules refuse is damage (import never stores
+        // one), not a kernel that failed validation: exit 3 naming the row. The
+        // record's rules (its device's too: impl fused on a cpu row), as db list
+        // marks INVALID and the runtime skips, not the config's alone.
+        if (const std::string rule = db::broken_record(b); !rule.empty())
           fail_env("database " + a->from_db + ": the best config stored for " + b.problem.key() + " is invalid (" +
                    rule + "): the database is damaged");
         ValidationCase vc = reduced_case(b.problem, b.config, s++);

@@ -376,6 +376,13 @@ expect 3 "db merge from a database short by 100 bytes" -- \
   "$celtune" db merge "$tmp/short.sqlite" "$tmp/t.sqlite" -o "$tmp/short-m.sqlite"
 expect 3 "lookup in a database short by 100 bytes" -- "$celtune" lookup --db "$tmp/short.sqlite" --shape 8,16,200
 expect 3 "report of a database short by 100 bytes" -- "$celtune" report --db "$tmp/short.sqlite" -o "$tmp/short-rep"
+# The runtime's resolver (here through CELTUNE_DB) read the same file with no
+# word, answering from its rows: one warning now, and the next source.
+expect 0 "lookup through CELTUNE_DB of a database short by 100 bytes" -- \
+  env CELTUNE_DB="$tmp/short.sqlite" "$celtune" lookup --device cpu --shape 8,16,200
+contains err "short.sqlite is damaged (truncated" "the runtime's one warning names the file and why"
+[ "$(grep -c 'short.sqlite is damaged' "$tmp/err")" = 1 ] && passes=$((passes + 1)) || {
+  fails=$((fails + 1)); echo "FAIL: the short database was warned about more than once"; cat "$tmp/err"; }
 cmp -s "$tmp/short.sqlite" "$tmp/short.copy" && [ ! -e "$tmp/short-m.sqlite" ] && [ ! -e "$tmp/short-rep" ] \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: reading a short database changed or wrote something"; }
 

@@ -337,10 +337,11 @@ Action register_bench(CLI::App& app) {
       nlohmann::json out = nlohmann::json::array();
       for (const Row& r : rows) {
         nlohmann::json extra{{"H", r.p.hidden}, {"V", r.p.vocab}, {"dtype", to_string(r.p.dtype)},
-                             {"config", r.config}, {"floor_ms", r.floor_ms}, {"device", dev.name}};
+                             {"config", r.config}, {"device", dev.name}};
         // Beside the times, the comparable units: effective TFLOP/s (6·N·H·V or
-        // 2·N·H·V over the median), GB/s for ce, and the ratio to the floor.
-        if (r.floor_ms > 0) extra["x_floor"] = r.stats.median_ms / r.floor_ms;
+        // 2·N·H·V over the median), GB/s for ce, and the floor and the ratio to
+        // it where there is one (none on the CPU: a 0 read as a floor of 0 ms).
+        if (r.floor_ms > 0) extra["floor_ms"] = r.floor_ms, extra["x_floor"] = r.stats.median_ms / r.floor_ms;
         if (r.tflops > 0) extra["tflops_effective"] = r.tflops;
         if (r.gbps > 0) extra["gb_per_s"] = r.gbps;
         if (r.kernel == "gemm-floor") extra["floor_vocab_padded_to"] = (r.p.vocab + 127) / 128 * 128;

@@ -128,6 +128,10 @@ celtune_status celtune_create(celtune_context** ctx, const char* db_path);
  * the GPU. It runs the GPU's algorithm in fp32 on all cores: meant for tests
  * and small work, not for speed. */
 celtune_status celtune_create_cpu(celtune_context** ctx, const char* db_path);
+/* Frees the context and every thread's last error on it; NULL does nothing. A
+ * context must not be in use by another thread, nor used or destroyed again
+ * afterwards (undefined behaviour: it is not detected). Safe in an atexit
+ * handler or a static destructor, as every call is. */
 void celtune_destroy(celtune_context* ctx);
 
 celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args, celtune_stream stream);
@@ -170,7 +174,11 @@ size_t celtune_sizeof(const char* type_name);
 /* The message of the calling thread's last call on this context if it failed,
  * "" if it succeeded or there was none: a thread sharing a context reads its
  * own errors. The string holds until this thread's next call on the context or
- * celtune_destroy. */
+ * celtune_destroy. A thread keeps no message for a context once it has been
+ * destroyed. A call made while its thread or the process ends (a thread_local
+ * or static destructor, an atexit handler) still returns its status and sets
+ * its message, which is kept then in the context, shared by the threads that
+ * are ending. */
 const char* celtune_last_error(const celtune_context* ctx);
 const char* celtune_version(void);
 

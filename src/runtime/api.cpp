@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,16 +50,104 @@ namespace {
 // serial is never reused, as a freed context's address may be. A thread's
 // string changes only in its own calls, so the pointer celtune_last_error
 // returns holds until then (map nodes never move).
-thread_local std::unordered_map<uint64_t, std::string> t_errors;
+//
+// The map is reached through a plain pointer, freed by an owner object's
+// destructor when the thread ends: a thread_local map itself is destroyed as
+// exit() begins, before atexit handlers and static destructors, so a call
+// failing in one of those wrote into freed memory (a segfault, found by the
+// forty-ninth session's C API probe). A call made after the thread's storage
+// has gone keeps its message in the context instead (late_error).
+using ErrorMap = std::unordered_map<uint64_t, std::string>;
+thread_local ErrorMap* t_errors = nullptr;  // trivially destructible: valid until the thread is gone
+thread_local bool t_errors_gone = false;
+struct ThreadErrorsOwner {
+  ~ThreadErrorsOwner() {
+    delete t_errors;
+    t_errors = nullptr;
+    t_errors_gone = true;
+  }
+};
+thread_local ThreadErrorsOwner t_errors_owner;
+
+// This thread's map, made on first use; nullptr once the thread is ending.
+ErrorMap* thread_errors() {
+  if (t_errors_gone) return nullptr;
+  if (!t_errors) {
+    (void)&t_errors_owner;  // constructed here, so its destructor runs when the thread ends
+    t_errors = new ErrorMap;
+  }
+  return t_errors;
+}
+
 std::atomic<uint64_t> g_contexts{0};
+
+// The serials of live contexts. A thread's messages for a context destroyed on
+// another thread stayed in the thread's map until the thread ended (~130 bytes
+// a context: a long-lived worker failing once on each of 100,000 short-lived
+// contexts held 13 MB); a thread drops those whenever it stores a message, so
+// its map holds at most the live contexts it failed on. Never freed, so it
+// outlives every static destructor and atexit handler that may destroy a
+// context.
+struct LiveContexts {
+  std::mutex mu;
+  std::unordered_set<uint64_t> serials;
+};
+LiveContexts& live_contexts() {
+  static auto* live = new LiveContexts;
+  return *live;
+}
 }  // namespace
 
 struct celtune_context {
   mutable std::mutex mu;
   const uint64_t serial = ++g_contexts;
-  void set_error(std::string msg) const { t_errors[serial] = std::move(msg); }
-  void clear_error() const { t_errors.erase(serial); }
-  ~celtune_context() { clear_error(); }  // the destroying thread's; others' go with their threads
+  // A message stored while the calling thread was ending (its map gone).
+  mutable std::mutex late_mu;
+  mutable std::string late_error;
+  celtune_context() {
+    LiveContexts& live = live_contexts();
+    std::lock_guard lk(live.mu);
+    live.serials.insert(serial);
+  }
+  void set_error(std::string msg) const {
+    ErrorMap* errors = thread_errors();
+    if (!errors) {
+      std::lock_guard lk(late_mu);
+      late_error = std::move(msg);
+      return;
+    }
+    {
+      LiveContexts& live = live_contexts();
+      std::lock_guard lk(live.mu);
+      std::erase_if(*errors, [&](const auto& e) { return e.first != serial && !live.serials.count(e.first); });
+    }
+    (*errors)[serial] = std::move(msg);
+  }
+  void clear_error() const {
+    if (ErrorMap* errors = thread_errors()) {
+      errors->erase(serial);
+    } else {
+      std::lock_guard lk(late_mu);
+      late_error.clear();
+    }
+  }
+  const char* last_error() const {
+    if (t_errors_gone) {
+      std::lock_guard lk(late_mu);
+      return late_error.c_str();
+    }
+    if (!t_errors) return "";
+    const auto it = t_errors->find(serial);  // this thread's own: no lock
+    return it == t_errors->end() ? "" : it->second.c_str();
+  }
+  ~celtune_context() {
+    {
+      LiveContexts& live = live_contexts();
+      std::lock_guard lk(live.mu);
+      live.serials.erase(serial);
+    }
+    if (t_errors) t_errors->erase(serial);  // the destroying thread's; others' go at their next error or end
+  }
   DeviceInfo device;
   std::unique_ptr<runtime::Resolver> resolver;
   std::shared_ptr<Backend> cpu;  // set for a CPU context (celtune_create_cpu)
@@ -394,8 +483,7 @@ int celtune_context_device(const celtune_context* ctx) {
 
 const char* celtune_last_error(const celtune_context* ctx) {
   if (!ctx) return "null context";
-  const auto it = t_errors.find(ctx->serial);  // this thread's own: no lock
-  return it == t_errors.end() ? "" : it->second.c_str();
+  return ctx->last_error();
 }
 
 celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args* args, char* json, size_t json_size,

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -428,6 +429,44 @@ TEST_CASE("a new thread starts with no last error, whatever an ended thread left
   REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
   CHECK(std::string(celtune_last_error(ctx)) == "");
   celtune_destroy(ctx);
+}
+
+namespace {
+celtune_context* g_at_exit_ctx = nullptr;
+// Runs as the child process ends (atexit): after exit() has destroyed the main
+// thread's thread_local objects.
+void fail_at_exit() {
+  celtune_flce_args a{};
+  a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.tokens = -1;
+  const bool refused = celtune_flce_config(g_at_exit_ctx, &a, nullptr, 0, nullptr, 0) == CELTUNE_ERROR_INVALID_ARGUMENT;
+  const bool said = std::string(celtune_last_error(g_at_exit_ctx)) != "";
+  celtune_destroy(g_at_exit_ctx);
+  if (!refused || !said) _exit(3);
+}
+}  // namespace
+
+TEST_CASE("C API: a call failing as the process ends (an atexit handler) returns its status and message") {
+  // The errors lived in a thread_local map, which exit() destroys before the
+  // atexit handlers and static destructors run: a failing call there wrote
+  // into freed memory (a segfault every run, found by the C API probe).
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (celtune_create_cpu(&g_at_exit_ctx, "") != CELTUNE_OK) _exit(4);
+    celtune_flce_args a{};
+    a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+    celtune_loss_defaults(&a.options);
+    a.tokens = -1;  // a failure first, so this thread's map exists when exit() begins
+    if (celtune_flce_config(g_at_exit_ctx, &a, nullptr, 0, nullptr, 0) != CELTUNE_ERROR_INVALID_ARGUMENT) _exit(5);
+    std::atexit(fail_at_exit);
+    std::exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK_MESSAGE(WIFEXITED(status), "the child ended on signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("the shipped database answers for each GPU it was tuned on, with this build's kernels") {

@@ -544,6 +544,12 @@ celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, i
       fail_usage("celtune_scale: " + std::to_string(n) + " elements overflow a byte count");
     if (n == 0) return;
     if (!dst || !src || !scale) fail_usage("celtune_scale: null dst, src or scale");
+    // In place or apart: an overlap otherwise scaled elements already scaled
+    // (dst = src + 1 gave 1 2 4 8 …, status 0).
+    const auto d = reinterpret_cast<uintptr_t>(dst), s0 = reinterpret_cast<uintptr_t>(src);
+    const auto bytes = static_cast<uintptr_t>(n) * static_cast<uintptr_t>(dtype_bytes(t));
+    if (d != s0 && d < s0 + bytes && s0 < d + bytes)
+      fail_usage("celtune_scale: dst and src overlap without being equal (in place is dst == src)");
     if (ctx->cpu) {
       // Element by element, no copy: dst may be src (each element is read
       // before it is written), and n may be past what a vector can hold.

@@ -218,5 +218,18 @@ TEST_CASE("celtune_scale on a CPU context: the product in fp32, rounded once to 
   CHECK(celtune_scale(ctx, out.data(), nullptr, 3, CELTUNE_FP32, &g, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(celtune_last_error(ctx)).find("null") != std::string::npos);
   CHECK(celtune_scale(nullptr, out.data(), f.data(), 3, CELTUNE_FP32, &g, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  // In place or apart, as the header says: dst one element past src scaled the
+  // elements already scaled (1 2 4 8 …, status 0). Either way round is refused
+  // and nothing is written; ranges that only touch are apart.
+  std::vector<float> ones(8, 1.0f);
+  const float two = 2.0f;
+  CHECK(celtune_scale(ctx, ones.data() + 1, ones.data(), 7, CELTUNE_FP32, &two, nullptr) ==
+        CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("overlap") != std::string::npos);
+  CHECK(celtune_scale(ctx, ones.data(), ones.data() + 1, 7, CELTUNE_FP32, &two, nullptr) ==
+        CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(ones == std::vector<float>(8, 1.0f));
+  REQUIRE(celtune_scale(ctx, ones.data() + 4, ones.data(), 4, CELTUNE_FP32, &two, nullptr) == CELTUNE_OK);
+  CHECK(ones == std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2});
   celtune_destroy(ctx);
 }

@@ -182,15 +182,23 @@ std::string file_uri(const std::string& path, const char* query) {
   return u + query;
 }
 
-// True when the file's header says WAL mode (format versions at bytes 18 and 19
-// are 2; a rollback-journal file has 1). Unreadable or short: false.
-bool wal_header(const std::string& path) {
+// The first bytes of a database file's header: its magic string, its page
+// size (bytes 16–17, 1 meaning 65536) and its format versions (bytes 18–19: 2
+// in WAL mode, 1 with a rollback journal). Unreadable or short: all zero.
+struct FileHeader {
+  bool sqlite = false;
+  uintmax_t page = 0;
+  bool wal = false;
+};
+FileHeader read_header(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
+  if (!f) return {};
   unsigned char h[20];
   const bool ok = std::fread(h, 1, sizeof h, f) == sizeof h;
   std::fclose(f);
-  return ok && h[18] == 2 && h[19] == 2;
+  if (!ok) return {};
+  const unsigned field = (unsigned{h[16]} << 8) | h[17];
+  return {std::memcmp(h, "SQLite format 3", 16) == 0, field == 1 ? 65536u : field, h[18] == 2 && h[19] == 2};
 }
 
 // A reader's check of what SQLite does not check: a file cut inside a page (a
@@ -202,16 +210,9 @@ bool wal_header(const std::string& path) {
 // grows a file's size a memory page (4 KiB on x86) at a time, so a reader that
 // looks while a writer extends the file never sees a size between those. A
 // file that does not start as SQLite's does is left to SQLite to refuse.
-void require_whole_pages(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return;
-  unsigned char h[18];
-  const bool ok = std::fread(h, 1, sizeof h, f) == sizeof h;
-  std::fclose(f);
-  if (!ok || std::memcmp(h, "SQLite format 3", 16) != 0) return;
-  const unsigned field = (unsigned{h[16]} << 8) | h[17];
-  const uintmax_t page = field == 1 ? 65536 : field;
-  if (page < 512 || page > 65536 || (page & (page - 1))) return;
+void require_whole_pages(const std::string& path, const FileHeader& h) {
+  const uintmax_t page = h.page;
+  if (!h.sqlite || page < 512 || page > 65536 || (page & (page - 1))) return;
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
   if (ec) return;
@@ -319,11 +320,12 @@ Store::Store(const std::string& path, Access access, int busy_ms) : path_(path),
     // be made is refused saying so. (With the folder writable SQLite makes the
     // -shm: the only way to read those commits.)
     recover_hot_journal(path);
-    require_whole_pages(path);
+    const FileHeader header = read_header(path);  // after the rollback, which may rewrite it
+    require_whole_pages(path, header);
     namespace fs = std::filesystem;
     std::error_code ec;
     const std::string wal = path + "-wal";
-    const bool wal_mode = wal_header(path), has_wal = fs::exists(wal, ec), has_shm = fs::exists(path + "-shm", ec);
+    const bool wal_mode = header.wal, has_wal = fs::exists(wal, ec), has_shm = fs::exists(path + "-shm", ec);
     // The smallest frame: a 24-byte frame header and a 512-byte page, after the
     // log's 32-byte header.
     constexpr uintmax_t kSmallestLogWithFrame = 32 + 24 + 512;

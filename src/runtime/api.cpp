@@ -123,12 +123,12 @@ struct celtune_context {
     }
     (*errors)[serial] = std::move(msg);
   }
-  void clear_error() const {
-    if (ErrorMap* errors = thread_errors()) {
-      errors->erase(serial);
-    } else {
+  void clear_error() const {  // every successful call: makes no map where the thread has none
+    if (t_errors_gone) {
       std::lock_guard lk(late_mu);
       late_error.clear();
+    } else if (t_errors) {
+      t_errors->erase(serial);
     }
   }
   const char* last_error() const {

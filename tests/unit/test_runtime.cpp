@@ -399,6 +399,17 @@ TEST_CASE("a context shared by threads: each thread reads its own last error, an
   celtune_destroy(ctx);
 }
 
+namespace {
+// Args the C API refuses (tokens = -1) before any database or kernel is touched.
+celtune_flce_args refused_args() {
+  celtune_flce_args a{};
+  a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.tokens = -1;
+  return a;
+}
+}  // namespace
+
 TEST_CASE("a new thread starts with no last error, whatever an ended thread left; a new context too") {
   // Keyed by std::thread::id, a thread read the error of a joined thread whose
   // id glibc had given it again (each thread here is joined before the next
@@ -408,10 +419,7 @@ TEST_CASE("a new thread starts with no last error, whatever an ended thread left
   int wrong = 0;
   for (int i = 0; i < 20; ++i) {
     std::thread([&] {
-      celtune_flce_args a{};
-      a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
-      celtune_loss_defaults(&a.options);
-      a.tokens = -1;
+      const celtune_flce_args a = refused_args();
       if (celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) != CELTUNE_ERROR_INVALID_ARGUMENT) ++wrong;
     }).join();
     std::thread([&] {
@@ -420,10 +428,7 @@ TEST_CASE("a new thread starts with no last error, whatever an ended thread left
   }
   CHECK(wrong == 0);
   // A context created where a failed one was freed starts clean in this thread.
-  celtune_flce_args a{};
-  a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
-  celtune_loss_defaults(&a.options);
-  a.tokens = -1;
+  const celtune_flce_args a = refused_args();
   REQUIRE(celtune_flce_config(ctx, &a, nullptr, 0, nullptr, 0) == CELTUNE_ERROR_INVALID_ARGUMENT);
   celtune_destroy(ctx);
   REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
@@ -436,10 +441,7 @@ celtune_context* g_at_exit_ctx = nullptr;
 // Runs as the child process ends (atexit): after exit() has destroyed the main
 // thread's thread_local objects.
 void fail_at_exit() {
-  celtune_flce_args a{};
-  a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
-  celtune_loss_defaults(&a.options);
-  a.tokens = -1;
+  const celtune_flce_args a = refused_args();
   const bool refused = celtune_flce_config(g_at_exit_ctx, &a, nullptr, 0, nullptr, 0) == CELTUNE_ERROR_INVALID_ARGUMENT;
   const bool said = std::string(celtune_last_error(g_at_exit_ctx)) != "";
   celtune_destroy(g_at_exit_ctx);
@@ -455,10 +457,7 @@ TEST_CASE("C API: a call failing as the process ends (an atexit handler) returns
   REQUIRE(pid >= 0);
   if (pid == 0) {
     if (celtune_create_cpu(&g_at_exit_ctx, "") != CELTUNE_OK) _exit(4);
-    celtune_flce_args a{};
-    a.hidden = 64, a.vocab = 1000, a.dtype = CELTUNE_BF16, a.target_dtype = CELTUNE_INT64;
-    celtune_loss_defaults(&a.options);
-    a.tokens = -1;  // a failure first, so this thread's map exists when exit() begins
+    const celtune_flce_args a = refused_args();  // a failure first, so this thread's map exists when exit() begins
     if (celtune_flce_config(g_at_exit_ctx, &a, nullptr, 0, nullptr, 0) != CELTUNE_ERROR_INVALID_ARGUMENT) _exit(5);
     std::atexit(fail_at_exit);
     std::exit(0);

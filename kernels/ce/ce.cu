@@ -468,6 +468,9 @@ struct Partial {
 // bits flipped): ordered_key(a) < ordered_key(b) where a < b, for every
 // non-NaN float, ±0 and ±inf included. The map is its own inverse, so a warp's
 // max is one redux instruction (__reduce_max_sync takes integers on sm_90).
+// A NaN's key lies past +inf's with its sign bit clear and below −inf's with it
+// set, so warp_max would take the one and drop the other: its callers take NaN
+// aside first (block_partial does).
 __device__ __forceinline__ int ordered_key(float x) {
   const int i = __float_as_int(x);
   return i >= 0 ? i : i ^ 0x7fffffff;
@@ -485,8 +488,8 @@ __device__ __forceinline__ float warp_max(float x) {
 // forward past its reads (H100, scripts/probe/finish.cu: ~0.9 µs of 8.5).
 __device__ __forceinline__ Partial block_partial(ThreadStats t) {
   // NaN inputs must give a NaN loss (as PyTorch): poison d, and give m a finite
-  // value so the max below (which would otherwise order it past +inf) does not
-  // take it. A NaN anywhere in the thread's values is a NaN in its m (max_nan) or
+  // value so the max below (which would take a NaN past +inf, or drop one with
+  // its sign bit set: ordered_key) never sees one. A NaN anywhere in the thread's values is a NaN in its m (max_nan) or
   // its d (+inf beside −inf: exp(inf − inf)).
   if (isnan(t.m) || isnan(t.d)) t.d = NAN, t.m = 0.0f;
   __shared__ float sm[32], sd[32], sz[32];
@@ -556,7 +559,10 @@ struct GradOp {
   int64_t v0, y_local;                  // the span's first problem column; the target's column in it
   int y32;                              // y_local where it fits 32 bits and is ≥ 0, else −1 (see nonzero)
   __device__ __forceinline__ GradOp(const LossParams& lp, float L, float c, int64_t v0_, int64_t y)
-      : p(lp), shift(shift_of<T>(L)), cp(c * (1.0f + 2.0f * lp.z_loss * L)),
+      // cp from c only where c ≠ 0: an ignored row's L may be NaN (a NaN logit)
+      // or −inf (a row all −inf), and 0·(1 + 2λL) is then NaN, not the 0 that
+      // zero() takes aside.
+      : p(lp), shift(shift_of<T>(L)), cp(c == 0.0f ? 0.0f : c * (1.0f + 2.0f * lp.z_loss * L)),
         c_smooth(c * (lp.label_smoothing / static_cast<float>(lp.vocab))), c_target(c * (1.0f - lp.label_smoothing)),
         v0(v0_), y_local(y - v0_), y32(y_local >= 0 && y_local <= INT32_MAX ? static_cast<int>(y_local) : -1) {}
   __device__ __forceinline__ bool zero() const { return cp == 0.0f && c_smooth == 0.0f && c_target == 0.0f; }
@@ -1349,9 +1355,14 @@ __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* p
   }
 }
 
-template <typename T, int ELEMS>
+// kGrad: forward+backward. Each mode has its own kernel: the forward's without
+// the backward's code behind a runtime flag, which held the raw logits live
+// beside the fold's copy and cost a few rows' forward ~0.8 µs of its ~8 at
+// 1 × 32000, 1 × 256000 and 16 × 128256 (H100, scripts/probe/finish.cu,
+// docs/results.md, forty-eighth session).
+template <typename T, int ELEMS, bool kGrad>
 __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
-                                                      float* lse, float* token_loss, bool grad, OneLaunch one) {
+                                                      float* lse, float* token_loss, OneLaunch one) {
   __shared__ float s_L, s_c;
   __shared__ bool s_owner;
   const Segment g(v, seg, splits);
@@ -1359,7 +1370,7 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
   const int64_t mine = int64_t{threadIdx.x} * ELEMS;
   constexpr uintptr_t kB = Access<T, ELEMS>::kBytes;
-  // The raw logits stay in x for the gradient; the fold works on a copy.
+  // The raw logits stay in x for the gradient; the backward's fold works on a copy.
   float x[ELEMS];
   if (mine + ELEMS <= g.cols && reinterpret_cast<uintptr_t>(row + mine) % kB == 0) {
     Raw<T, ELEMS> r;
@@ -1384,21 +1395,23 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   }
   const bool block_holds_target = valid_target(p, y) && y >= v0 && y < v0 + g.cols;
   int64_t n = 0, bad = -1;  // while the loads fly; the forward's end counts them itself (finish_rows)
-  if (grad) {
+  if constexpr (kGrad) {
     block_count_targets(p, one.tokens, n, bad);
     if (threadIdx.x == 0 && blockIdx.x == 0) *one.n_valid = n, *one.bad = bad;
   }
   ThreadStats t;
-  {
+  if constexpr (kGrad) {
     float z[ELEMS];
 #pragma unroll
     for (int k = 0; k < ELEMS; ++k) z[k] = x[k];
     fold_tile<T, ELEMS>(p, v0 + mine, g.cols - mine, z, t.m, t.d, t.zs);
+  } else {
+    fold_tile<T, ELEMS>(p, v0 + mine, g.cols - mine, x, t.m, t.d, t.zs);
   }
   const Partial s = block_partial(t);
   const float zt = block_holds_target ? s_zt : 0.0f;  // valid in thread 0
   if (threadIdx.x == 0) parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
-  if (!grad) {
+  if constexpr (!kGrad) {
     if (last_to_arrive(one.done, gridDim.x)) finish_rows(p, parts, splits, v.r0, v.rows, lse, token_loss, one);
     return;
   }
@@ -1417,21 +1430,19 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
       const float L = m + logf(d);
       if (s_owner) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zsum_t, y);
       s_L = L;
-      s_c = grad ? token_scale(p, gr, y, n) : 0.0f;
+      s_c = token_scale(p, gr, y, n);
     }
   }
   __syncthreads();
-  if (grad) {
-    const GradOp<T, ELEMS> op(p, s_L, s_c, v0, y);
-    op(mine, x, g.cols - mine);
-    T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
-    if (mine + ELEMS <= g.cols && reinterpret_cast<uintptr_t>(orow + mine) % kB == 0) {
-      Raw<T, ELEMS> out;
-      out.from_float(x);
-      out.store(orow + mine);
-    } else {
-      store_masked<T, ELEMS>(orow, mine, g.cols, x);
-    }
+  const GradOp<T, ELEMS> op(p, s_L, s_c, v0, y);
+  op(mine, x, g.cols - mine);
+  T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
+  if (mine + ELEMS <= g.cols && reinterpret_cast<uintptr_t>(orow + mine) % kB == 0) {
+    Raw<T, ELEMS> out;
+    out.from_float(x);
+    out.store(orow + mine);
+  } else {
+    store_masked<T, ELEMS>(orow, mine, g.cols, x);
   }
   // Leaving: the last block out returns the counter to zero (every block has
   // seen it full by then, so no one still waits on it). Here, not before the
@@ -1536,7 +1547,7 @@ using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*
 using GradFn = void (*)(TileView, LossParams, const float*, int64_t, int);
 using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, OneLaunch);
 using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t, bool, OneLaunch);
-using SpreadFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, bool, OneLaunch);
+using SpreadFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, OneLaunch);
 
 constexpr int kElems[] = {1, 2, 4, 8, 16, 32};
 constexpr int kNumElems = 6;
@@ -1557,8 +1568,12 @@ struct Table {
   static constexpr ClusterFn cluster[kNumElems] = {cluster_kernel<T, 1>, cluster_kernel<T, 2>,
                                                    cluster_kernel<T, 4>, cluster_kernel<T, 8>,
                                                    cluster_kernel<T, 16>, cluster_kernel<T, 32>};
-  static constexpr SpreadFn spread[kNumElems] = {spread_kernel<T, 1>, spread_kernel<T, 2>,  spread_kernel<T, 4>,
-                                                 spread_kernel<T, 8>, spread_kernel<T, 16>, spread_kernel<T, 32>};
+  static constexpr SpreadFn spread[kNumElems] = {spread_kernel<T, 1, false>, spread_kernel<T, 2, false>,
+                                                 spread_kernel<T, 4, false>, spread_kernel<T, 8, false>,
+                                                 spread_kernel<T, 16, false>, spread_kernel<T, 32, false>};
+  static constexpr SpreadFn spread_grad[kNumElems] = {spread_kernel<T, 1, true>,  spread_kernel<T, 2, true>,
+                                                      spread_kernel<T, 4, true>,  spread_kernel<T, 8, true>,
+                                                      spread_kernel<T, 16, true>, spread_kernel<T, 32, true>};
 };
 
 int elems_index(const CeLaunch& l) {
@@ -1697,6 +1712,12 @@ BlockLimit block_limit(DType t, int i, Kernel k) {
           CELTUNE_CUDA(cudaFuncGetAttributes(&a, fns[k]));
           out[d][e][k] = {a.maxThreadsPerBlock, a.numRegs};
         }
+        // The spread's two modes are two kernels; a config holds for both
+        // (check() does not know the mode), so the tighter limit stands.
+        cudaFuncAttributes a{};
+        CELTUNE_CUDA(cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(CELTUNE_PICK(spread_grad, types[d], e))));
+        BlockLimit& s = out[d][e][kSpread];
+        s = {std::min(s.threads, a.maxThreadsPerBlock), std::max(s.regs, a.numRegs)};
       }
     return out;
   }();
@@ -1824,7 +1845,7 @@ std::string ce_spread_unsupported(const CeLaunch& l, DType t, int64_t rows, int 
   CELTUNE_CUDA(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   if (!coop) return "this GPU has no cooperative launch, which the spread ce backward needs";
   CELTUNE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const SpreadFn fn = CELTUNE_PICK(spread, t, elems_index(l));
+  const SpreadFn fn = CELTUNE_PICK(spread_grad, t, elems_index(l));
   const int per_sm = remembered(std::make_tuple(dev, reinterpret_cast<const void*>(fn), l.threads), [&] {
     int n = 0;
     CELTUNE_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, l.threads, 0));
@@ -1842,7 +1863,8 @@ void ce_spread(const TileView& v, const LossParams& p, int64_t seg, float* parts
                const CeLaunch& l, cudaStream_t st, bool grad, const OneLaunch& one) {
   if (v.rows == 0) return;
   const int splits = static_cast<int>((v.cols + seg - 1) / seg);
-  const SpreadFn fn = CELTUNE_PICK(spread, p.dtype, elems_index(l));
+  const SpreadFn fn = grad ? CELTUNE_PICK(spread_grad, p.dtype, elems_index(l))
+                          : CELTUNE_PICK(spread, p.dtype, elems_index(l));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid_of(v.rows, splits));
   cfg.blockDim = dim3(static_cast<unsigned>(l.threads));
@@ -1851,7 +1873,7 @@ void ce_spread(const TileView& v, const LossParams& p, int64_t seg, float* parts
   attr.id = cudaLaunchAttributeCooperative;
   attr.val.cooperative = 1;
   cfg.attrs = &attr, cfg.numAttrs = grad ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, fn, v, p, seg, splits, reinterpret_cast<float4*>(parts), lse, token_loss, grad, one);
+  (void)cudaLaunchKernelEx(&cfg, fn, v, p, seg, splits, reinterpret_cast<float4*>(parts), lse, token_loss, one);
   CELTUNE_LAUNCHED();
 }
 

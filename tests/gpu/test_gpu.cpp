@@ -21,6 +21,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/flce/sm90/variants.hpp"
+#include "kernels/reference/fp64.hpp"
 #include "model/error.hpp"
 #include "validate/validate.hpp"
 
@@ -675,41 +676,112 @@ TEST_CASE("impl fused is refused with a reason for fp32 and the ce family") {
   CHECK(!gpu()->supports(p, c, &why));
 }
 
+// The ce paths at 5000 columns, each reducing a row its own way (a block's max
+// and scaled sum, a segment's partials merged max first, a cluster's, a spread
+// row's through global memory).
+struct CePath {
+  const char* name;
+  int block_size, threads;
+  int64_t v_chunk;
+  bool fused;
+};
+constexpr CePath kCePaths[] = {{"whole rows", 1024, 256, 0, false},
+                               {"split statistics", 1024, 256, 1024, false},
+                               {"cluster", 1024, 256, 1024, true},
+                               {"spread", 256, 32, 256, true}};  // 20 segments: more than a cluster holds
+KernelConfig ce_path_config(const CePath& path) {
+  KernelConfig c;
+  c.block_size = path.block_size, c.threads = path.threads, c.v_chunk = path.v_chunk, c.fused = path.fused;
+  return c;
+}
+
 TEST_CASE("NaN and Inf in the inputs give a NaN loss, no hang, on every ce path and in both modes") {
-  // Each path reduces a row its own way (a block's max and scaled sum, a
-  // segment's partials merged max first, a cluster's, a spread row's through
-  // global memory): a NaN must reach the row's LSE and the loss on each, and a
-  // row without one must stay finite. Row 3's +inf makes its LSE non-finite.
-  struct Path {
-    const char* name;
-    int block_size, threads;
-    int64_t v_chunk;
-    bool fused;
-  };
-  const Path paths[] = {{"whole rows", 1024, 256, 0, false},
-                        {"split statistics", 1024, 256, 1024, false},
-                        {"cluster", 1024, 256, 1024, true},
-                        {"spread", 256, 32, 256, true}};  // 20 segments: more than a cluster holds
-  for (const Path& path : paths)
+  // A NaN must reach the row's LSE and the loss on each path, and a row without
+  // one must stay finite. Row 3's +inf makes its LSE non-finite.
+  // Row 4's NaN has its sign bit set (a warp's max orders such a key below
+  // −inf's) and lies past the first segment on every path, past warp 0 where a
+  // block has more than one; row
+  // 5 holds a whole segment of −inf (a block whose max is −inf), which must
+  // leave its LSE that of the other columns. Forward+backward: a NaN row's dZ is
+  // NaN throughout (its L is), the finite rows' finite.
+  for (const CePath& path : kCePaths)
     for (Mode mode : {Mode::forward, Mode::forward_backward}) {
       CAPTURE(path.name);
       CAPTURE(static_cast<int>(mode));
       Problem p;
-      p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = DType::bf16, p.mode = mode;
+      p.family = Family::ce, p.tokens = 6, p.hidden = 0, p.vocab = 5000, p.dtype = DType::bf16, p.mode = mode;
       HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
       in.logits[5000 + 17] = NAN;
       in.logits[3 * 5000 + 4] = INFINITY;
-      KernelConfig c;
-      c.block_size = path.block_size, c.threads = path.threads, c.v_chunk = path.v_chunk, c.fused = path.fused;
+      in.logits[4 * 5000 + 4321] = std::copysign(NAN, -1.0f);
+      std::fill(in.logits.begin() + 5 * 5000 + 1024, in.logits.begin() + 5 * 5000 + 2048, -INFINITY);
+      if (in.targets[5] >= 1024 && in.targets[5] < 2048) in.targets[5] = 7;
+      const KernelConfig c = ce_path_config(path);
       std::string why;
       REQUIRE_MESSAGE(gpu()->supports(p, c, &why), why);
       const HostOutputs out = gpu()->run(p, c, in);
       CHECK(std::isnan(out.loss));
       CHECK(std::isnan(out.lse[1]));
       CHECK_FALSE(std::isfinite(out.lse[3]));
-      CHECK(std::isfinite(out.lse[0]));
-      CHECK(std::isfinite(out.lse[2]));
+      CHECK(std::isnan(out.lse[4]));
+      for (int64_t r : {0, 2, 5}) CHECK(std::isfinite(out.lse[static_cast<size_t>(r)]));
+      const RefOutputs ref = reference::run(p, in);
+      CHECK(out.lse[5] == doctest::Approx(ref.lse[5]).epsilon(1e-4));
+      if (mode == Mode::forward) continue;
+      bool nan_rows = true, finite_rows = true;
+      for (int64_t j = 0; j < p.vocab; ++j) {
+        const auto at = [&](int64_t r) { return out.grad_logits[static_cast<size_t>(r * p.vocab + j)]; };
+        nan_rows = nan_rows && std::isnan(at(1)) && std::isnan(at(4));
+        finite_rows = finite_rows && std::isfinite(at(0)) && std::isfinite(at(2)) && std::isfinite(at(5));
+      }
+      CHECK(nan_rows);
+      CHECK(finite_rows);
     }
+}
+
+TEST_CASE("an ignored row adds no loss and no gradient on every ce path, whatever its logits hold") {
+  // flce-math.md: ignored tokens contribute no gradient. Row 1 (ignored) holds a
+  // NaN, row 2 (ignored) is all −inf (a padding row masked out): their L is NaN
+  // and −inf, where c·(1 + 2λL) with c = 0 was NaN, not 0. Smoothing and z-loss
+  // on, so every term of dZ is in play (a valid row's −inf would make its
+  // smoothed loss +inf: the test above has one, without smoothing).
+  for (DType dt : {DType::bf16, DType::fp32})
+    for (const CePath& path : kCePaths)
+      for (Mode mode : {Mode::forward, Mode::forward_backward}) {
+        CAPTURE(path.name);
+        CAPTURE(static_cast<int>(mode));
+        CAPTURE(to_string(dt));
+        Problem p;
+        p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = dt, p.mode = mode;
+        p.loss.label_smoothing = 0.1, p.loss.z_loss = 1e-4;
+        HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
+        const int64_t ig = p.loss.ignore_index;
+        in.targets = {3, ig, ig, 4999};
+        in.n_valid = 2;
+        in.logits[5000 + 4321] = std::copysign(NAN, -1.0f);
+        std::fill(in.logits.begin() + 2 * 5000, in.logits.begin() + 3 * 5000, -INFINITY);
+        const KernelConfig c = ce_path_config(path);
+        std::string why;
+        if (!gpu()->supports(p, c, &why)) {
+          CHECK_MESSAGE(dt == DType::fp32, why);  // 16-bit logits run on every path
+          continue;
+        }
+        const HostOutputs out = gpu()->run(p, c, in);
+        const RefOutputs ref = reference::run(p, in);
+        CHECK(std::isfinite(out.loss));
+        CHECK(out.loss == doctest::Approx(ref.loss).epsilon(1e-3));
+        CHECK(out.token_loss[1] == 0.0f);
+        CHECK(out.token_loss[2] == 0.0f);
+        if (mode == Mode::forward) continue;
+        bool zero_rows = true, finite_rows = true;
+        for (int64_t j = 0; j < p.vocab; ++j) {
+          const auto at = [&](int64_t r) { return out.grad_logits[static_cast<size_t>(r * p.vocab + j)]; };
+          zero_rows = zero_rows && at(1) == 0.0f && at(2) == 0.0f;
+          finite_rows = finite_rows && std::isfinite(at(0)) && std::isfinite(at(3));
+        }
+        CHECK(zero_rows);
+        CHECK(finite_rows);
+      }
 }
 
 TEST_CASE("unsupported configs and shapes are refused with a clear message") {

@@ -152,6 +152,49 @@ def test_all_ignored_mean_is_zero(device):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_ignored_rows_with_nonfinite_logits_add_nothing(device, dtype, reduction):
+    # An ignored token contributes no loss and no gradient (flce-math.md), even
+    # where its logits are a masked padding row (all -inf) or hold a NaN.
+    # PyTorch writes NaN into such a row's gradient (log_softmax's backward
+    # multiplies exp(NaN) by 0); the CUDA ce paths did too before the fiftieth
+    # session. The reference is F.cross_entropy with those rows zeroed, which
+    # it ignores alike.
+    g = torch.Generator().manual_seed(11)
+    N, V = 23, 1031
+    z = (torch.randn(N, V, generator=g) * 3)
+    t = torch.randint(0, V, (N,), generator=g)
+    bad = {2: float("-inf"), 9: float("nan"), 16: None}  # None: a NaN of either sign in a few columns
+    for r, fill in bad.items():
+        if fill is None:
+            z[r, 5], z[r, 700], z[r, 1030] = float("nan"), -float("nan"), float("-inf")
+        else:
+            z[r] = fill
+        t[r] = -100
+    kw = {"reduction": reduction, "label_smoothing": 0.1, "z_loss": 1e-3}
+    base = z.clone().to(device=device, dtype=dtype).requires_grad_()  # a copy: z.to() may return z itself
+    loss = ct.cross_entropy(base * 1, t.to(device), **kw)
+    zr = z.clone()
+    zr[list(bad)] = 0.0
+    zr = zr.to(dtype).float().requires_grad_()  # the same rounded logits elsewhere
+    ref = reference_loss(zr, t, **kw)
+    assert torch.isfinite(loss).all()
+    tol = TOL[dtype]
+    assert rel(loss.detach().cpu(), ref.detach()) < tol
+    if reduction == "none":
+        assert torch.all(loss.detach().cpu()[list(bad)] == 0)
+    gout = torch.rand(ref.shape, generator=torch.Generator().manual_seed(5)) + 0.5
+    loss.backward(gout.to(device))
+    ref.backward(gout)
+    grad = base.grad.float().cpu()
+    assert torch.all(grad[list(bad)] == 0), "an ignored row's gradient must be zero"
+    keep = [r for r in range(N) if r not in bad]
+    assert torch.isfinite(grad[keep]).all()
+    assert rel(grad[keep], zr.grad[keep]) < (4 * tol if dtype != torch.float32 else 1e-4)
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_empty_batch(device, reduction):
     # No tokens (the last, empty micro-batch of a loader): the loss of nothing,

@@ -123,8 +123,12 @@ def _kernel_ignore(ignore_index: int, vocab: int, target_dtype: torch.dtype) -> 
     # The library refuses an ignore_index inside [0, V) (it would hide real
     # targets); PyTorch allows it (e.g. a padding id). Such a call gives the
     # library the most negative value of the target dtype instead, which no
-    # target in range can take.
-    return torch.iinfo(target_dtype).min if 0 <= ignore_index < vocab else ignore_index
+    # target in range can take. So does an ignore_index the target dtype cannot
+    # hold (int32 targets, an index past int32): no target equals it, as in
+    # PyTorch, where the library would refuse the pair.
+    info = torch.iinfo(target_dtype)
+    inside = 0 <= ignore_index < vocab
+    return info.min if inside or not info.min <= ignore_index <= info.max else ignore_index
 
 
 def _kernel_targets(target: Tensor, ignore_index: int, vocab: int) -> Tensor:

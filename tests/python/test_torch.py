@@ -447,6 +447,26 @@ def test_int32_targets_and_cpu_context_is_cached():
     assert ct._context(-1) is ct._context(-1)
 
 
+@pytest.mark.parametrize("device", devices())
+def test_int32_targets_with_an_ignore_index_past_int32(device):
+    # No int32 target can equal it, so nothing is ignored, as in PyTorch; the
+    # library refuses the pair as given, so the binding passes its own sentinel.
+    # A target holding that sentinel is still out of range, not ignored.
+    g = torch.Generator().manual_seed(4)
+    z = (torch.randn(6, 9, generator=g)).to(device)
+    y = torch.randint(0, 9, (6,), generator=g).to(device)
+    for ii in (-2**40, 2**40, 2**31):
+        ref = F.cross_entropy(z, y, ignore_index=ii)
+        assert torch.allclose(ct.cross_entropy(z, y.int(), ignore_index=ii).cpu(), ref.cpu(), rtol=2e-6)
+        x, w, _, t = make(device, torch.float32, N=6)
+        lr = F.cross_entropy(F.linear(x.detach(), w.detach()), t, ignore_index=ii)
+        assert torch.allclose(ct.linear_cross_entropy(x, w, t.int(), ignore_index=ii).cpu(), lr.cpu(), rtol=2e-5)
+    bad = y.int().clone()
+    bad[2] = torch.iinfo(torch.int32).min
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target"):
+        ct.cross_entropy(z, bad, ignore_index=-2**40)
+
+
 def scaled_backward_fp16(device, kind, inplace=False, S=8192.0, seed=6):
     """The gradients of loss * S (a loss scale) in fp16, and the reference's: fp32
     logits from the same fp16 values, F.cross_entropy, the same scale."""

@@ -403,6 +403,18 @@ std::vector<ValidationCase> default_matrix(uint64_t seed, bool gpu_cases) {
       // below ~1e-3 would fail correct kernels on the fp32 criteria. (PyTorch's
       // log_softmax, keeping m and log d apart, does not cancel there.)
       {"confident", [](Problem&, CaseSpec& c) { c.confident_margin = 5.0, c.edge_targets = false; }, true},
+      // Options at sizes that 16-bit outputs resolve. In dZ the target's
+      // element (≈ 1 − ε) dominates the row's norm, so at ε = 0.1 a kernel that
+      // dropped the ε/V term moved dZ by 3.5e-3 relative, and at λ = 1e-4 one
+      // that dropped z-loss by less: both within bf16's margin (4e-3), caught
+      // only by the fp32 cases, while impl fused runs only in 16 bits. At ε = 0.5
+      // and λ = 2e-2 each is several margins (a unit test drops each).
+      {"strong-options",
+       [](Problem& p, CaseSpec& c) {
+         p.loss.label_smoothing = 0.5, p.loss.z_loss = 2e-2, c.ignore_fraction = 0.2;
+         p.bias = p.family == Family::flce;
+       },
+       true},
   };
   auto add = [&](const auto& options) {
     for (Family fam : {Family::flce, Family::ce}) {

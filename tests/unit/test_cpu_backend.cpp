@@ -186,7 +186,7 @@ TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, ne
   const auto with_gpu = default_matrix(11, true);
   const auto fused = std::count_if(with_gpu.begin(), with_gpu.end(),
                                    [](const ValidationCase& vc) { return vc.config.impl == KernelConfig::Impl::fused; });
-  CHECK(fused == 2 * 13 * 2);  // dtypes × option sets × (one pass, chunked)
+  CHECK(fused == 2 * 14 * 2);  // dtypes × option sets × (one pass, chunked)
   auto segments = [](const ValidationCase& vc) {
     const Problem& p = vc.problem;
     return p.family == Family::ce && vc.config.fused && vc.config.v_chunk > 0
@@ -199,7 +199,7 @@ TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, ne
   const auto spread = std::count_if(with_gpu.begin(), with_gpu.end(), [&](const ValidationCase& vc) {
     return segments(vc) > kCeMaxClusterBlocks && vc.config.v_chunk == vc.config.block_size;
   });
-  CHECK(cluster == 3 * 13 - 1);  // dtypes × option sets, less fp32's confident case
+  CHECK(cluster == 3 * 14 - 2);  // dtypes × option sets, less fp32's two 16-bit-only cases
   CHECK(spread == cluster);
   for (const auto& vc : with_gpu) CHECK_NOTHROW(validate_config(vc.problem, vc.config));
   REQUIRE(with_gpu.size() == small.size() + static_cast<size_t>(fused + cluster + spread) + 1);

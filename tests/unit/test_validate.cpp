@@ -183,3 +183,38 @@ TEST_CASE("validate: rounding p to 16 bits before subtracting the target's 1 fai
     CHECK(validate_case(early, vc).pass == (std::string(name).find("confident") == std::string::npos));
   }
 }
+
+TEST_CASE("validate: a kernel that drops the smoothing's eps/V or z-loss's gradient fails the 16-bit strong-options cases") {
+  auto backend = cpu::make_backend();
+  for (const char* name : {"ce/bf16/strong-options/one-pass", "ce/bf16/strong-options/chunked",
+                           "ce/fp16/strong-options/one-pass", "ce/fp16/strong-options/chunked"}) {
+    CAPTURE(name);
+    const ValidationCase vc = matrix_case(3, name);
+    const Problem& p = vc.problem;
+    const HostCase in = make_case(p, vc.spec);
+    // Each adds back, in fp64, the part of dZ a kernel would have left out, then
+    // rounds to the dtype as a kernel's store does: c·ε/V on every element, or
+    // z-loss's c·2λL·p_j (flce-math.md's dZ).
+    auto wrong = [&](bool eps) {
+      WrongKernel k;
+      k.outputs = [&in, eps](const Problem& q, HostOutputs& o) {
+        for (int64_t i = 0; i < q.tokens; ++i) {
+          const double c = token_grad_scale(q, in, i);
+          if (c == 0.0) continue;
+          const double L = o.lse[static_cast<size_t>(i)];
+          for (int64_t j = 0; j < q.vocab; ++j) {
+            const size_t at = static_cast<size_t>(i * q.vocab + j);
+            const double missing = eps ? c * q.loss.label_smoothing / static_cast<double>(q.vocab)
+                                       : -c * 2.0 * q.loss.z_loss * L * std::exp(in.logits[at] - L);
+            o.grad_logits[at] = round_to(q.dtype, static_cast<float>(o.grad_logits[at] + missing));
+          }
+        }
+      };
+      return k;
+    };
+    CHECK(validate_case(*backend, vc).pass);
+    WrongKernel no_eps = wrong(true), no_zloss = wrong(false);
+    CHECK_FALSE(validate_case(no_eps, vc).pass);
+    CHECK_FALSE(validate_case(no_zloss, vc).pass);
+  }
+}

@@ -16,6 +16,11 @@
 namespace celtune::cuda {
 namespace {
 
+// x·g, but a zero stays as it is (celtune.h): a gradient element that is zero is
+// an ignored token's, which PyTorch leaves zero whatever the upstream gradient,
+// where 0·inf and 0·NaN are NaN. The CPU context's loop (api.cpp) does the same.
+__device__ __forceinline__ float scaled(float x, float g) { return x == 0.0f ? x : x * g; }
+
 // wide: both pointers on the 16-byte grid, so the first n - n % kPer elements
 // go as vectors and the rest one by one.
 template <typename T>
@@ -30,12 +35,12 @@ __global__ void scale_kernel(T* dst, const T* src, int64_t n, const float* scale
       uint4 raw = reinterpret_cast<const uint4*>(src)[v];
       T* e = reinterpret_cast<T*>(&raw);
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) e[k] = Conv<T>::from(Conv<T>::to(e[k]) * g);
+      for (int k = 0; k < kPer; ++k) e[k] = Conv<T>::from(scaled(Conv<T>::to(e[k]), g));
       reinterpret_cast<uint4*>(dst)[v] = raw;
     }
     done = vecs * kPer;
   }
-  for (int64_t i = done + first; i < n; i += stride) dst[i] = Conv<T>::from(Conv<T>::to(src[i]) * g);
+  for (int64_t i = done + first; i < n; i += stride) dst[i] = Conv<T>::from(scaled(Conv<T>::to(src[i]), g));
 }
 
 template <typename T>

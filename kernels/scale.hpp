@@ -13,7 +13,7 @@
 namespace celtune::cuda {
 
 // dst[i] = src[i]·(*scale) for i < n: the product in fp32, rounded once to the
-// dtype (to nearest even); PyTorch's (t * g).to(t.dtype) on CUDA rounds a
+// dtype (to nearest even), a zero kept as it is (celtune.h); PyTorch's (t * g).to(t.dtype) on CUDA rounds a
 // 16-bit t's scalar g to t's dtype first. dst may equal src; scale is device
 // memory; on the current device and stream `st`.
 void scale(void* dst, const void* src, int64_t n, DType t, const float* scale, cudaStream_t st);

@@ -139,7 +139,9 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
 
 /* dst[i] = src[i] * (*scale) for the n elements of dtype at src: the product in
  * fp32, rounded once to the dtype (to nearest even), on the context's device and
- * stream. dst may equal src (in place) but may not overlap it otherwise. For
+ * stream. An element that is zero stays as it is, whatever the scale (inf and
+ * NaN included): a zero gradient is an ignored token's, which PyTorch leaves
+ * zero whatever the upstream gradient. dst may equal src (in place) but may not overlap it otherwise. For
  * gradients a call computed with grad_scale 1, scaled afterwards by an upstream
  * gradient known only then (the Python package's backward for mean and sum): a
  * 16-bit tensor times a CUDA fp32 scalar is PyTorch's slow mixed-dtype path,

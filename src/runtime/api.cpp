@@ -552,15 +552,17 @@ celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, i
       fail_usage("celtune_scale: dst and src overlap without being equal (in place is dst == src)");
     if (ctx->cpu) {
       // Element by element, no copy: dst may be src (each element is read
-      // before it is written), and n may be past what a vector can hold.
+      // before it is written), and n may be past what a vector can hold. A zero
+      // stays as it is, as in the CUDA kernel (scale.cu says why).
       const float g = *scale;
+      auto scaled = [g](float x) { return x == 0.0f ? x : x * g; };
       if (t == DType::fp32) {
-        for (int64_t k = 0; k < n; ++k) static_cast<float*>(dst)[k] = static_cast<const float*>(src)[k] * g;
+        for (int64_t k = 0; k < n; ++k) static_cast<float*>(dst)[k] = scaled(static_cast<const float*>(src)[k]);
         return;
       }
       const auto* in = static_cast<const uint16_t*>(src);
       auto* out = static_cast<uint16_t*>(dst);
-      for (int64_t k = 0; k < n; ++k) out[k] = float_to_half_bits(t, half_bits_to_float(t, in[k]) * g);
+      for (int64_t k = 0; k < n; ++k) out[k] = float_to_half_bits(t, scaled(half_bits_to_float(t, in[k])));
       return;
     }
 #ifdef CELTUNE_HAVE_CUDA

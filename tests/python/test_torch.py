@@ -270,6 +270,31 @@ def test_upstream_gradient_scales_in_fp32(device, dtype):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_padding_batch_over_its_count_leaves_zero_gradients(device, dtype):
+    # loss.sum() / n_valid with no valid token: the upstream gradient is inf.
+    # PyTorch leaves every ignored token's gradient zero whatever it is; mean and
+    # sum here compute gradients with 1 and scale them in backward, where 0·inf
+    # was NaN and a padding batch put NaN into the weights.
+    x, w, b, t = make(device, dtype, N=6, bias=True)
+    t = torch.full_like(t, -100)
+    n = (t != -100).sum()
+    (ct.linear_cross_entropy(x, w, t, b, reduction="sum") / n).backward()
+    for a in (x, w, b):
+        assert torch.all(a.grad == 0)
+    z = torch.randn(6, 61).to(device=device, dtype=dtype).requires_grad_()
+    (ct.cross_entropy(z * 1, t, reduction="sum") / n).backward()
+    assert torch.all(z.grad == 0)
+    # Some tokens valid, an upstream gradient of inf: the ignored rows stay zero,
+    # as in PyTorch, and the valid rows are not finite, as there.
+    t2 = t.clone()
+    t2[::2] = 3
+    z.grad = None
+    (ct.cross_entropy(z * 1, t2, reduction="mean") * float("inf")).backward()
+    assert torch.all(z.grad[1::2] == 0) and not torch.isfinite(z.grad[::2]).any()
+
+
+@pytest.mark.parametrize("device", devices())
 def test_scale_kernel_edges(device):
     # celtune_scale itself, through the binding: every dtype (fp16 never reaches
     # it from the autograd paths), fewer elements than one 16-byte vector, a

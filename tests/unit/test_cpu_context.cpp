@@ -3,8 +3,11 @@
 // it is the same algorithm behind a conversion to and from the dtype.
 #include <doctest/doctest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -201,6 +204,26 @@ TEST_CASE("celtune_scale on a CPU context: the product in fp32, rounded once to 
   REQUIRE(celtune_scale(ctx, out.data(), f.data(), static_cast<int64_t>(f.size()), CELTUNE_FP32, &g, nullptr) ==
           CELTUNE_OK);
   for (size_t k = 0; k < f.size(); ++k) CHECK(out[k] == f[k] * g);
+  // An upstream gradient of inf or NaN (a sum over no valid tokens divided by
+  // their count) leaves zeros (ignored tokens' gradients) zero, as PyTorch
+  // does, where 0·inf is NaN; every other element takes the product.
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    CAPTURE(bad);
+    REQUIRE(celtune_scale(ctx, out.data(), f.data(), static_cast<int64_t>(f.size()), CELTUNE_FP32, &bad, nullptr) ==
+            CELTUNE_OK);
+    for (size_t k = 0; k < f.size(); ++k) {
+      if (f[k] == 0.0f)
+        CHECK(std::bit_cast<uint32_t>(out[k]) == std::bit_cast<uint32_t>(f[k]));
+      else
+        CHECK(std::bit_cast<uint32_t>(out[k]) == std::bit_cast<uint32_t>(f[k] * bad));
+    }
+    const auto src = to_bits({0.0f, -0.0f, 1.5f}, DType::bf16);
+    std::vector<uint16_t> dst(3);
+    REQUIRE(celtune_scale(ctx, dst.data(), src.data(), 3, CELTUNE_BF16, &bad, nullptr) == CELTUNE_OK);
+    CHECK(dst[0] == src[0]);
+    CHECK(dst[1] == src[1]);
+    CHECK(!std::isfinite(from_bits(dst, DType::bf16)[2]));
+  }
   // Nothing to do: no pointer is needed. Refused: n < 0, a null pointer, a byte
   // count past INT64_MAX, a dtype outside the enum.
   CHECK(celtune_scale(ctx, nullptr, nullptr, 0, CELTUNE_BF16, nullptr, nullptr) == CELTUNE_OK);

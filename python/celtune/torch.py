@@ -126,6 +126,8 @@ def _kernel_ignore(ignore_index: int, vocab: int, target_dtype: torch.dtype) -> 
     # target in range can take. So does an ignore_index the target dtype cannot
     # hold (int32 targets, an index past int32): no target equals it, as in
     # PyTorch, where the library would refuse the pair.
+    if target_dtype not in _TARGET_DTYPES:
+        return ignore_index  # refused by _target_code, with its message
     info = torch.iinfo(target_dtype)
     inside = 0 <= ignore_index < vocab
     return info.min if inside or not info.min <= ignore_index <= info.max else ignore_index
@@ -491,6 +493,10 @@ def _reduction_code(reduction: str) -> int:
     return _lib.REDUCTIONS[reduction]
 
 
+# Run at trace time under torch.compile, its result a constant of the graph: the
+# config is a constant of the call (a dict or a string the caller wrote), and
+# json.dumps is C code dynamo cannot trace (fullgraph=True failed on a dict).
+@torch.compiler.assume_constant_result
 def _config_json(config) -> Optional[str]:
     if isinstance(config, str) and "\x00" in config:
         # ctypes passes a str as a C string: what follows the NUL was dropped unread.
@@ -549,10 +555,16 @@ def _resolve(args, index: int) -> tuple[str, str]:
         return ctx.config(args)
 
 
-def _check_no_tokens(args, device: torch.device) -> None:
+def _check_no_tokens(make_args, device: torch.device) -> None:
     # The library refuses N = 0, so an empty batch never reaches it; its rules
     # for dtypes, options and configs still apply: the same arguments with one
-    # token are resolved, which raises what a call would.
+    # token are resolved, which raises what a call would. Not while
+    # torch.compile traces: that is a ctypes call dynamo cannot trace (an empty
+    # batch broke fullgraph=True), and a graph specialised for N = 0 runs no
+    # kernel; the call's first batch with tokens checks the same arguments.
+    if torch.compiler.is_compiling():
+        return
+    args = make_args()
     args.tokens = 1
     _resolve(args, _device_index(device))
 
@@ -662,7 +674,7 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Op
     x, weight, bias, tgt = _prepare_flce(input, weight, target, bias)
     opts = _options(label_smoothing, softcap, z_loss, config)
     if x.shape[0] == 0:
-        _check_no_tokens(_flce_args(x, weight, tgt, bias, ign, red, *opts, _lib.FORWARD), x.device)
+        _check_no_tokens(lambda: _flce_args(x, weight, tgt, bias, ign, red, *opts, _lib.FORWARD), x.device)
         return _no_tokens(torch.nn.functional.linear(x, weight, bias), red, target.shape)
     with_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                              (bias is not None and bias.requires_grad))
@@ -694,7 +706,7 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     z, tgt = _prepare_ce(input, target)
     opts = _options(label_smoothing, softcap, z_loss, config)
     if z.shape[0] == 0:
-        _check_no_tokens(_ce_args(z, tgt, ign, red, *opts, _lib.FORWARD), z.device)
+        _check_no_tokens(lambda: _ce_args(z, tgt, ign, red, *opts, _lib.FORWARD), z.device)
         return _no_tokens(z, red, target.shape)
     with_grad = torch.is_grad_enabled() and z.requires_grad
     inplace = bool(inplace_backward) and with_grad

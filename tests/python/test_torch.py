@@ -381,6 +381,35 @@ def test_torch_compile_fullgraph(device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_torch_compile_fullgraph_with_a_dict_config_and_an_empty_batch(device):
+    # A dict config went through json.dumps, which dynamo cannot trace; an empty
+    # batch's argument check through ctypes, which it cannot either: both broke
+    # fullgraph=True (the second part-way through a dynamic-shape run).
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    cfg = {"block_size": 128}
+    f = torch.compile(lambda x, w, t: ct.linear_cross_entropy(x, w, t, config=cfg), fullgraph=True, backend=backend)
+    x, w, _, t = make(device, torch.float32, N=5)
+    assert torch.allclose(f(x, w, t), ct.linear_cross_entropy(x, w, t, config=cfg))
+    m = torch.compile(ct.CrossEntropy(config=cfg), fullgraph=True, backend=backend)
+    z = torch.randn(5, 61, device=device)
+    assert torch.allclose(m(z, t), ct.cross_entropy(z, t))
+    g = torch.compile(lambda x, w, t: ct.linear_cross_entropy(x, w, t, reduction="sum"), fullgraph=True,
+                      dynamic=True, backend=backend)
+    h = torch.compile(lambda z, t: ct.cross_entropy(z * 1, t), fullgraph=True, dynamic=True, backend=backend)
+    for n in (5, 0, 7):
+        x, w, _, t = make(device, torch.float32, N=n)
+        loss = g(x, w, t)
+        loss.backward()
+        assert torch.allclose(loss, ct.linear_cross_entropy(x, w, t, reduction="sum"))
+        assert x.grad.shape == x.shape and (n or torch.all(w.grad == 0))
+        z = torch.randn(n, 61, device=device, requires_grad=True)
+        lz = h(z, t)
+        lz.backward()
+        assert torch.allclose(lz, ct.cross_entropy(z, t)) and z.grad.shape == z.shape
+
+
+@pytest.mark.parametrize("device", devices())
 def test_modules(device):
     x, w, b, t = make(device, torch.float32, bias=True)
     m = ct.LinearCrossEntropy(label_smoothing=0.1)
@@ -652,6 +681,9 @@ def test_empty_batch_checks_its_arguments(device):
         ct.linear_cross_entropy(torch.zeros(0, 8, device=device), torch.randn(10, 8, device=device), e, softcap=-1.0)
     with pytest.raises(ct.CeltuneInvalidArgument, match="target has dtype"):
         ct.linear_cross_entropy(torch.zeros(0, 8, device=device), torch.randn(10, 8, device=device), e.float())
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target has dtype"):  # an index inside [0, V) too
+        ct.linear_cross_entropy(torch.zeros(0, 8, device=device), torch.randn(10, 8, device=device), e.float(),
+                                ignore_index=3)
     with pytest.raises(ct.CeltuneInvalidArgument, match="block_size"):
         ct.cross_entropy(torch.zeros(0, 10, device=device), e, config={"block_size": 3})
 

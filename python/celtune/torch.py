@@ -624,8 +624,11 @@ def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[
     _device_index(x.device)  # a meta tensor failed in torch.autocast with a bare RuntimeError
     cast = _autocast_dtype(x.device)
     if cast is not None:
-        x, weight = x.to(cast), weight.to(cast)
-        bias = bias.to(cast) if bias is not None else None
+        # As autocast casts F.linear's: floating tensors but fp64, which it
+        # leaves alone (and the dtype check below then refuses, as outside).
+        def autocast(t):
+            return t.to(cast) if t is not None and t.is_floating_point() and t.dtype != torch.float64 else t
+        x, weight, bias = autocast(x), autocast(weight), autocast(bias)
     if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
         raise CeltuneInvalidArgument(f"celtune: input, weight and bias must share a dtype, got {x.dtype}, "
                                      f"{weight.dtype}, {None if bias is None else bias.dtype}")
@@ -737,6 +740,9 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
     mode = _lib.FORWARD_BACKWARD if backward else _lib.FORWARD
     opts = (red, *_options(label_smoothing, softcap, z_loss, config), mode)
     if weight is None:
+        if bias is not None:  # accepted unread, where cross_entropy has no bias to check
+            raise CeltuneInvalidArgument("celtune: explain(logits, None, target) answers for cross_entropy, "
+                                         "which takes no bias; pass weight for linear_cross_entropy's")
         z, tgt = _prepare_ce(input, target)
         args, family, device = _ce_args(z, tgt, ign, *opts), "ce", z.device
     else:

@@ -430,6 +430,14 @@ def test_autocast_casts_like_linear(device):
     assert rel(loss.detach(), ref.detach()) < 2e-2
     loss.backward()
     assert x.grad.dtype == torch.float32 and w.grad.dtype == torch.float32
+    # fp64 is not cast (F.linear under autocast stays fp64), so it is refused as
+    # outside autocast, not silently run in bf16.
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        assert F.linear(x.double(), w.double()).dtype == torch.float64
+        with pytest.raises(ct.CeltuneInvalidArgument, match="float64"):
+            ct.linear_cross_entropy(x.double(), w.double(), t)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="bias"):  # explain's ce form takes no bias
+        ct.explain(torch.randn(4, 10, device=device), None, t[:4], bias=torch.randn(10, device=device))
 
 
 @pytest.mark.parametrize("device", devices())

@@ -203,10 +203,11 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
                   reduction: int, label_smoothing: float, softcap: float, z_loss: float,
                   config: Optional[str], with_grad: bool
                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    x, w = x.contiguous(), w.contiguous()
-    bias = bias.contiguous() if bias is not None else None
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
+    _check_before_copy(a, x, w, bias)
+    x, w = x.contiguous(), w.contiguous()
+    bias = bias.contiguous() if bias is not None else None
     N, V = x.shape[0], w.shape[0]
     tgt = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
@@ -274,6 +275,8 @@ def _(x, w, target, bias, grad, reduction, ignore_index, label_smoothing, softca
 def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: int, label_smoothing: float,
                 softcap: float, z_loss: float, config: Optional[str], with_grad: bool
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    _check_before_copy(lambda: _ce_args(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
+                                        config, _lib.FORWARD), logits)
     logits = logits.contiguous()
     dz = _dense_like(logits) if with_grad else logits.new_empty(0)
     loss, token_loss, lse = _ce_call(logits, target, dz, None, ignore_index, reduction, label_smoothing,
@@ -553,6 +556,17 @@ def _resolve(args, index: int) -> tuple[str, str]:
         return ctx.config(args)
     with torch.cuda.device(index):
         return ctx.config(args)
+
+
+def _check_before_copy(args, *tensors) -> None:
+    # contiguous() copies a strided tensor before the library sees its sizes: an
+    # expanded [2^24, 2^23] logits view asked the allocator for 562 TB and raised
+    # its RuntimeError, where explain on it raised "problem too large". The
+    # library's checks run first wherever a copy is due (args: the args, or a
+    # function making them). Inside the op, so torch.compile never traces it.
+    if all(t is None or t.is_contiguous() for t in tensors):
+        return
+    _resolve(args() if callable(args) else args, _device_index(tensors[0].device))
 
 
 def _check_no_tokens(make_args, device: torch.device) -> None:

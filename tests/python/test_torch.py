@@ -678,6 +678,19 @@ def test_targets_take_the_inputs_leading_shape_or_are_flat(device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_a_strided_view_too_large_is_refused_before_its_copy(device):
+    # Expanded views hold one element; contiguous() would ask for 562 TB (ce) and
+    # 35 TB (flce's input): the library's size check comes first.
+    z = torch.zeros(1, 1, device=device).expand(2**24, 2**23)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="problem too large"):
+        ct.cross_entropy(z, torch.zeros(2**24, dtype=torch.int64, device=device))
+    x = torch.zeros(1, 8, device=device).expand(2**40, 8)
+    t = torch.zeros(1, dtype=torch.int64, device=device).expand(2**40)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="problem too large"):
+        ct.linear_cross_entropy(x, torch.randn(1024, 8, device=device), t)
+
+
+@pytest.mark.parametrize("device", devices())
 def test_empty_batch_checks_its_arguments(device):
     # No tokens runs no kernel, but what a call with tokens refuses is refused too.
     e = torch.zeros(0, dtype=torch.int64, device=device)

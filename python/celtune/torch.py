@@ -18,6 +18,7 @@ PyTorch gives NaN (0/0), so a batch of padding does not poison training.
 from __future__ import annotations
 
 import json
+import math
 import operator
 import os
 import threading
@@ -28,6 +29,8 @@ from torch import Tensor
 
 from . import _lib
 from ._lib import CeltuneError, CeltuneInvalidArgument
+
+_FLT_MAX = 3.4028234663852886e38  # the largest float, as the C API's option fields hold them
 
 __all__ = ["linear_cross_entropy", "cross_entropy", "explain", "LinearCrossEntropy", "CrossEntropy",
            "CeltuneError", "CeltuneInvalidArgument"]
@@ -517,9 +520,14 @@ def _real(name: str, value) -> float:
     if isinstance(value, (str, bytes, bool)):
         raise CeltuneInvalidArgument(f"celtune: {name} must be a number, got {value!r}")
     try:
-        return float(value)
+        v = float(value)
     except (TypeError, ValueError):
         raise CeltuneInvalidArgument(f"celtune: {name} must be a number, got {value!r}") from None
+    # The C API takes the options as floats: 1e40 arrived as inf, and the
+    # library's message named inf, not the caller's number.
+    if math.isfinite(v) and abs(v) > _FLT_MAX:
+        raise CeltuneInvalidArgument(f"celtune: {name} {v!r} is beyond the range of a float (3.4e38)")
+    return v
 
 
 def _options(label_smoothing, softcap, z_loss, config) -> tuple:
@@ -531,6 +539,8 @@ def _options(label_smoothing, softcap, z_loss, config) -> tuple:
 def _ignore_index(ignore_index) -> int:
     try:
         if isinstance(ignore_index, bool):  # operator.index(True) is 1
+            raise TypeError
+        if isinstance(ignore_index, Tensor) and ignore_index.dim() != 0:  # [3] passed operator.index
             raise TypeError
         i = operator.index(ignore_index)
     except TypeError:

@@ -15,7 +15,11 @@ namespace celtune {
 
 std::string format_double(double v) {
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  // A value that is exactly a float (the C API's options arrive as floats) is
+  // said as the float's shortest decimal, the number its caller wrote: -0.1f
+  // reads "-0.1", not "-0.10000000149011612"; read as a float, it gives v back.
+  const bool is_float = std::fabs(v) <= FLT_MAX && static_cast<double>(static_cast<float>(v)) == v;
+  auto r = is_float ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(v)) : std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
 

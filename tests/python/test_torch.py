@@ -656,6 +656,11 @@ def test_more_bad_input_is_invalid_argument(device):
         (lambda: ct.linear_cross_entropy(x, w, t, label_smoothing="0.1"), "label_smoothing must be a number"),
         (lambda: ct.cross_entropy(x @ w.T, t, softcap="30"), "softcap must be a number"),
         (lambda: ct.cross_entropy(x @ w.T, t, z_loss=True), "z_loss must be a number"),
+        # past a float's range: the C API's float made it inf, and the message said inf
+        (lambda: ct.cross_entropy(x @ w.T, t, z_loss=1e40), "z_loss 1e\\+40 is beyond"),
+        # the float the C API holds is said as the number the caller wrote
+        (lambda: ct.cross_entropy(x @ w.T, t, label_smoothing=-0.1), "got -0.1$"),
+        (lambda: ct.cross_entropy(x @ w.T, t, ignore_index=torch.tensor([3])), "must be an integer"),
         # a list as target raised AttributeError
         (lambda: ct.linear_cross_entropy(x, w, t.tolist()), "target must be a torch.Tensor"),
         (lambda: ct.cross_entropy((x @ w.T).tolist(), t), "logits must be a torch.Tensor"),

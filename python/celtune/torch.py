@@ -525,7 +525,8 @@ def _real(name: str, value) -> float:
         raise CeltuneInvalidArgument(f"celtune: {name} must be a number, got {value!r}") from None
     # The C API takes the options as floats: 1e40 arrived as inf, and the
     # library's message named inf, not the caller's number.
-    if math.isfinite(v) and abs(v) > _FLT_MAX:
+    # (Comparisons, not math.isfinite: dynamo cannot trace that on a symbolic float.)
+    if _FLT_MAX < v < math.inf or -math.inf < v < -_FLT_MAX:
         raise CeltuneInvalidArgument(f"celtune: {name} {v!r} is beyond the range of a float (3.4e38)")
     return v
 

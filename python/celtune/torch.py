@@ -117,9 +117,20 @@ def _check_targets_first(target: Tensor, vocab: int, ignore_index: int) -> None:
     # the targets are checked before (one more synchronisation on a GPU).
     if not _check_targets_enabled():
         return
-    bad = (target != ignore_index) & ((target < 0) | (target >= vocab))
+    bad = ~_is_ignored(target, ignore_index) & ((target < 0) | (target >= vocab))
     if bool(bad.any()):
         raise _bad_target_error(target, int(bad.nonzero()[0, 0].item()), vocab, ignore_index)
+
+
+def _is_ignored(target: Tensor, ignore_index: int) -> Tensor:
+    """target == ignore_index, elementwise, where the target dtype can hold the
+    index; nowhere otherwise. (target == 2**40 on int32 targets wrapped the index
+    to the dtype, 0, and took every target 0 for ignored.)"""
+    if not target.is_floating_point():
+        info = torch.iinfo(target.dtype)
+        if not info.min <= ignore_index <= info.max:
+            return torch.zeros_like(target, dtype=torch.bool)
+    return target == ignore_index
 
 
 def _kernel_ignore(ignore_index: int, vocab: int, target_dtype: torch.dtype) -> int:
@@ -141,7 +152,7 @@ def _kernel_targets(target: Tensor, ignore_index: int, vocab: int) -> Tensor:
     ign = _kernel_ignore(ignore_index, vocab, target.dtype)
     if ign == ignore_index:
         return target.contiguous()
-    t = torch.where(target == ignore_index, torch.full_like(target, ign), target)
+    t = torch.where(_is_ignored(target, ignore_index), torch.full_like(target, ign), target)
     # A target that already held that value is out of range, not ignored: it
     # becomes V, which the kernels report like any other (the message reads the
     # caller's tensor, so it names the value passed).
@@ -499,11 +510,12 @@ def _reduction_code(reduction: str) -> int:
     return _lib.REDUCTIONS[reduction]
 
 
-# Run at trace time under torch.compile, its result a constant of the graph: the
-# config is a constant of the call (a dict or a string the caller wrote), and
-# json.dumps is C code dynamo cannot trace (fullgraph=True failed on a dict).
-@torch.compiler.assume_constant_result
 def _config_json(config) -> Optional[str]:
+    # json.dumps is C code dynamo cannot trace: a dict is a graph break under
+    # torch.compile, so fullgraph=True takes config as a JSON string (README).
+    # Running this at trace time instead (assume_constant_result) failed on a
+    # dict argument whose numbers changed, and turned a bad config's
+    # CeltuneInvalidArgument into dynamo's InternalTorchDynamoError.
     if isinstance(config, str) and "\x00" in config:
         # ctypes passes a str as a C string: what follows the NUL was dropped unread.
         raise CeltuneInvalidArgument("celtune: config must not contain a NUL character")

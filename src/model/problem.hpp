@@ -69,7 +69,7 @@ struct Problem {
 void to_json(nlohmann::json&, const Problem&);
 void from_json(const nlohmann::json&, Problem&);
 
-std::string format_double(double v);  // shortest round-trip decimal
+std::string format_double(double v);  // for messages: shortest decimal, a float's where v is exactly one
 
 // A loss option as the problem key spells it: rounded to float (the precision
 // the kernels use), then read back from that float's shortest decimal.

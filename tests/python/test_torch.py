@@ -1,5 +1,6 @@
 """celtune.torch against F.cross_entropy (fp32 logits) for every option, dtype
 and gradient, on the CPU backend and, where present, on CUDA."""
+import json
 import math
 
 import pytest
@@ -381,17 +382,25 @@ def test_torch_compile_fullgraph(device):
 
 
 @pytest.mark.parametrize("device", devices())
-def test_torch_compile_fullgraph_with_a_dict_config_and_an_empty_batch(device):
-    # A dict config went through json.dumps, which dynamo cannot trace; an empty
-    # batch's argument check through ctypes, which it cannot either: both broke
-    # fullgraph=True (the second part-way through a dynamic-shape run).
+def test_torch_compile_with_a_config_and_an_empty_batch(device):
+    # An empty batch's argument check calls the library through ctypes, which
+    # dynamo cannot trace: it broke fullgraph=True part-way through a
+    # dynamic-shape run. A dict config goes through json.dumps, a graph break:
+    # fullgraph=True takes the JSON string (README), the default mode either.
     torch._dynamo.reset()
     backend = "inductor" if device == "cuda" else "aot_eager"
     cfg = {"block_size": 32, "threads": 32}  # a config every device runs
-    f = torch.compile(lambda x, w, t: ct.linear_cross_entropy(x, w, t, config=cfg), fullgraph=True, backend=backend)
     x, w, _, t = make(device, torch.float32, N=5)
-    assert torch.allclose(f(x, w, t), ct.linear_cross_entropy(x, w, t, config=cfg))
-    m = torch.compile(ct.CrossEntropy(config=cfg), fullgraph=True, backend=backend)
+    ref = ct.linear_cross_entropy(x, w, t, config=cfg)
+    cs = json.dumps(cfg)
+    f = torch.compile(lambda x, w, t: ct.linear_cross_entropy(x, w, t, config=cs), fullgraph=True, backend=backend)
+    assert torch.allclose(f(x, w, t), ref)
+    d = torch.compile(lambda x, w, t, c: ct.linear_cross_entropy(x, w, t, config=c), backend=backend)
+    assert torch.allclose(d(x, w, t, cfg), ref)
+    assert torch.allclose(d(x, w, t, {"block_size": 32, "threads": 32, "v_chunk": 32}), ref)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="config"):  # not dynamo's error
+        d(x, w, t, {"threads": {1, 2}})
+    m = torch.compile(ct.CrossEntropy(config=cs), fullgraph=True, backend=backend)
     z = torch.randn(5, 61, device=device)
     assert torch.allclose(m(z, t), ct.cross_entropy(z, t))
     g = torch.compile(lambda x, w, t: ct.linear_cross_entropy(x, w, t, reduction="sum"), fullgraph=True,
@@ -516,8 +525,10 @@ def test_int32_targets_with_an_ignore_index_past_int32(device):
     # A target holding that sentinel is still out of range, not ignored.
     g = torch.Generator().manual_seed(4)
     z = (torch.randn(6, 9, generator=g)).to(device)
-    y = torch.randint(0, 9, (6,), generator=g).to(device)
-    for ii in (-2**40, 2**40, 2**31):
+    y = torch.randint(0, 9, (6,), generator=g)
+    y[0], y[1] = 0, 1  # 2**40 and 2**32 + 1 wrap to these in an int32 comparison
+    y = y.to(device)
+    for ii in (-2**40, 2**40, 2**31, 2**32 + 1):
         ref = F.cross_entropy(z, y, ignore_index=ii)
         assert torch.allclose(ct.cross_entropy(z, y.int(), ignore_index=ii).cpu(), ref.cpu(), rtol=2e-6)
         x, w, _, t = make(device, torch.float32, N=6)

@@ -30,7 +30,9 @@ from torch import Tensor
 from . import _lib
 from ._lib import CeltuneError, CeltuneInvalidArgument
 
-_FLT_MAX = 3.4028234663852886e38  # the largest float, as the C API's option fields hold them
+# The C API's option fields are floats: a double from 2^128 - 2^103 up rounds to
+# inf in one (3.4028235e38, NumPy's FLT_MAX as printed, still rounds to FLT_MAX).
+_FLT_OVERFLOW = 3.4028235677973366e38
 
 __all__ = ["linear_cross_entropy", "cross_entropy", "explain", "LinearCrossEntropy", "CrossEntropy",
            "CeltuneError", "CeltuneInvalidArgument"]
@@ -219,6 +221,7 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
                   ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
+    a.bias = 1 if bias is not None else None  # its presence, for the check; the pointer is set below
     _check_before_copy(a, x, w, bias)
     x, w = x.contiguous(), w.contiguous()
     bias = bias.contiguous() if bias is not None else None
@@ -289,8 +292,9 @@ def _(x, w, target, bias, grad, reduction, ignore_index, label_smoothing, softca
 def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: int, label_smoothing: float,
                 softcap: float, z_loss: float, config: Optional[str], with_grad: bool
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     _check_before_copy(lambda: _ce_args(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
-                                        config, _lib.FORWARD), logits)
+                                        config, mode), logits)
     logits = logits.contiguous()
     dz = _dense_like(logits) if with_grad else logits.new_empty(0)
     loss, token_loss, lse = _ce_call(logits, target, dz, None, ignore_index, reduction, label_smoothing,
@@ -538,7 +542,7 @@ def _real(name: str, value) -> float:
     # The C API takes the options as floats: 1e40 arrived as inf, and the
     # library's message named inf, not the caller's number.
     # (Comparisons, not math.isfinite: dynamo cannot trace that on a symbolic float.)
-    if _FLT_MAX < v < math.inf or -math.inf < v < -_FLT_MAX:
+    if _FLT_OVERFLOW <= v < math.inf or -math.inf < v <= -_FLT_OVERFLOW:
         raise CeltuneInvalidArgument(f"celtune: {name} {v!r} is beyond the range of a float (3.4e38)")
     return v
 

@@ -124,14 +124,20 @@ def _check_targets_first(target: Tensor, vocab: int, ignore_index: int) -> None:
         raise _bad_target_error(target, int(bad.nonzero()[0, 0].item()), vocab, ignore_index)
 
 
+def _holds(dtype: torch.dtype, value: int) -> bool:
+    """Whether an integer dtype holds value (a float dtype: taken as holding it)."""
+    if dtype.is_floating_point:
+        return True
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
 def _is_ignored(target: Tensor, ignore_index: int) -> Tensor:
     """target == ignore_index, elementwise, where the target dtype can hold the
     index; nowhere otherwise. (target == 2**40 on int32 targets wrapped the index
     to the dtype, 0, and took every target 0 for ignored.)"""
-    if not target.is_floating_point():
-        info = torch.iinfo(target.dtype)
-        if not info.min <= ignore_index <= info.max:
-            return torch.zeros_like(target, dtype=torch.bool)
+    if not _holds(target.dtype, ignore_index):
+        return torch.zeros_like(target, dtype=torch.bool)
     return target == ignore_index
 
 
@@ -144,9 +150,8 @@ def _kernel_ignore(ignore_index: int, vocab: int, target_dtype: torch.dtype) -> 
     # PyTorch, where the library would refuse the pair.
     if target_dtype not in _TARGET_DTYPES:
         return ignore_index  # refused by _target_code, with its message
-    info = torch.iinfo(target_dtype)
     inside = 0 <= ignore_index < vocab
-    return info.min if inside or not info.min <= ignore_index <= info.max else ignore_index
+    return torch.iinfo(target_dtype).min if inside or not _holds(target_dtype, ignore_index) else ignore_index
 
 
 def _kernel_targets(target: Tensor, ignore_index: int, vocab: int) -> Tensor:
@@ -222,7 +227,7 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
     a.bias = 1 if bias is not None else None  # its presence, for the check; the pointer is set below
-    _check_before_copy(a, x, w, bias)
+    _check_before_copy(lambda: a, x, w, bias)
     x, w = x.contiguous(), w.contiguous()
     bias = bias.contiguous() if bias is not None else None
     N, V = x.shape[0], w.shape[0]
@@ -585,15 +590,15 @@ def _resolve(args, index: int) -> tuple[str, str]:
         return ctx.config(args)
 
 
-def _check_before_copy(args, *tensors) -> None:
+def _check_before_copy(make_args, *tensors) -> None:
     # contiguous() copies a strided tensor before the library sees its sizes: an
     # expanded [2^24, 2^23] logits view asked the allocator for 562 TB and raised
     # its RuntimeError, where explain on it raised "problem too large". The
-    # library's checks run first wherever a copy is due (args: the args, or a
-    # function making them). Inside the op, so torch.compile never traces it.
+    # library's checks run first wherever a copy is due. Inside the op, so
+    # torch.compile never traces it.
     if all(t is None or t.is_contiguous() for t in tensors):
         return
-    _resolve(args() if callable(args) else args, _device_index(tensors[0].device))
+    _resolve(make_args(), _device_index(tensors[0].device))
 
 
 def _check_no_tokens(make_args, device: torch.device) -> None:

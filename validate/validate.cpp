@@ -98,7 +98,10 @@ std::vector<double> fp32_products(int64_t rows, int64_t inner, int64_t cols, G g
 // with a bias, N ≤ 8 and H ≤ 4, the CPU backend's gradients stayed within 1.15x
 // this path's relative L2, where they reached 5.6x the unfused path's; a kernel
 // with a real error is as far from this path as from the other.
-RefOutputs kernel_rounding_baseline(const Problem& p, const HostCase& in) {
+// A flce case as the ce problem on the logits its kernels form (x·w rounded to
+// the dtype, the bias added in fp32); a ce case as it is.
+std::pair<Problem, HostCase> kernel_logits(const Problem& p, const HostCase& in) {
+  if (p.family == Family::ce) return {p, in};
   const int64_t N = p.tokens, H = p.hidden, V = p.vocab;
   Problem q = p;
   q.family = Family::ce, q.hidden = 0, q.bias = false;
@@ -117,6 +120,12 @@ RefOutputs kernel_rounding_baseline(const Problem& p, const HostCase& in) {
       c.logits[static_cast<size_t>(i * V + j)] = z;
     }
   }
+  return {q, std::move(c)};
+}
+
+RefOutputs kernel_rounding_baseline(const Problem& p, const HostCase& in) {
+  const int64_t N = p.tokens, H = p.hidden, V = p.vocab;
+  const auto [q, c] = kernel_logits(p, in);
   RefOutputs r = reference::run(q, c, true);
   if (p.mode != Mode::forward_backward) return r;
   const std::vector<double> dz = std::move(r.grad_logits);  // rounded to the dtype: exact in float
@@ -212,6 +221,89 @@ OutputVerdict judge(const std::string& name, const std::vector<float>& got, cons
   }
   v.pass = v.why.empty();
   return v;
+}
+
+// How far each output may move with each row's LSE off by what one formed in
+// fp32 is off. The kernels keep L = m + log d as one fp32 number and form ℓ =
+// (1−ε)(L − ẑ_y) + ε(L − Σẑ/V) + λL² and p = exp(ẑ − L) from it, so at a confident
+// token (1 − p_y ≈ 1e-5 at L ≈ 30) a few ulp of L are 10–40% of its loss and of
+// its gradient row, where PyTorch's log_softmax, keeping m and log d apart, is
+// good to its last bits (the README's precision note). At V = 2 in fp32 a
+// correct kernel's loss and dZ came out 0.2–1% off against a margin of 5e-5.
+// L's error: its own rounding and log d's (half an ulp of each of m and log d),
+// the exponent's shift for 16-bit inputs (half an ulp of m·log2 e), the sum's
+// ex2.approx terms (2 ulp of d), a softcap's few ulp of s in each ẑ: under Δ =
+// 2^-21·(|m| + log d + 1 + s), where |m| + log d ≤ |L| + 2·log V (d ≤ V). The
+// reach is half the change of each output between L + Δ and L − Δ (the fp64
+// reference with each row's L moved); rows move independently, so the sums
+// over rows (the scalar loss, dW, db) and over columns (dX) add magnitudes.
+RefOutputs lse_reach(const Problem& p, const HostCase& in, const RefOutputs& truth) {
+  const int64_t N = p.tokens, H = p.hidden, V = p.vocab;
+  const double log_v = std::log(static_cast<double>(V)), s = p.loss.softcap > 0 ? p.loss.softcap : 0.0;
+  std::vector<double> up(static_cast<size_t>(N)), down(static_cast<size_t>(N));
+  RefOutputs r;
+  r.lse.assign(static_cast<size_t>(N), 0.0);
+  for (int64_t i = 0; i < N; ++i) {
+    const double L = std::fabs(truth.lse[static_cast<size_t>(i)]);
+    const double delta = std::isfinite(L) ? 0x1p-21 * (L + 2 * log_v + 1 + s) : 0.0;
+    r.lse[static_cast<size_t>(i)] = delta, up[static_cast<size_t>(i)] = delta, down[static_cast<size_t>(i)] = -delta;
+  }
+  const auto [q, c] = kernel_logits(p, in);
+  const RefOutputs hi = reference::run(q, c, false, up.data()), lo = reference::run(q, c, false, down.data());
+  auto half_change = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> h(a.size());
+    for (size_t k = 0; k < a.size(); ++k) h[k] = std::isfinite(a[k] - b[k]) ? std::fabs(a[k] - b[k]) / 2 : 0.0;
+    return h;
+  };
+  r.token_loss = half_change(hi.token_loss, lo.token_loss);
+  for (double t : r.token_loss) r.loss += t;
+  if (p.loss.reduction == Reduction::mean) r.loss = in.n_valid ? r.loss / static_cast<double>(in.n_valid) : 0.0;
+  if (p.mode != Mode::forward_backward) return r;
+  std::vector<double> w = half_change(hi.grad_logits, lo.grad_logits);  // [N,V]
+  if (p.family == Family::ce) {
+    r.grad_logits = std::move(w);
+    return r;
+  }
+  const auto at = [&](int64_t i, int64_t j) { return w[static_cast<size_t>(i * V + j)]; };
+  r.dx.assign(static_cast<size_t>(N * H), 0.0);  // Σ_j w_ij·|W_jk|
+  r.dw.assign(static_cast<size_t>(V * H), 0.0);  // Σ_i w_ij·|X_ik|
+  if (p.bias) r.db.assign(static_cast<size_t>(V), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < V; ++j)
+      for (int64_t k = 0; k < H; ++k)
+        r.dx[static_cast<size_t>(i * H + k)] += at(i, j) * std::fabs(in.w[static_cast<size_t>(j * H + k)]);
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < V; ++j)
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t k = 0; k < H; ++k)
+        r.dw[static_cast<size_t>(j * H + k)] += at(i, j) * std::fabs(in.x[static_cast<size_t>(i * H + k)]);
+      if (p.bias) r.db[static_cast<size_t>(j)] += at(i, j);
+    }
+  return r;
+}
+
+// The outputs with each element's error shrunk by its reach: what is left of
+// the error once an fp32 LSE's share is taken out (within reach: the truth, in
+// the output's float). Non-finite elements stay as they are.
+HostOutputs beyond_reach(const HostOutputs& got, const RefOutputs& truth, const RefOutputs& reach) {
+  HostOutputs a = got;
+  auto pull = [](float& g, double t, double r) {
+    const double e = static_cast<double>(g) - t;
+    if (std::isfinite(e)) g = static_cast<float>(t + std::copysign(std::max(0.0, std::fabs(e) - r), e));
+  };
+  auto pull_all = [&](std::vector<float>& g, const std::vector<double>& t, const std::vector<double>& r) {
+    if (g.size() == t.size() && r.size() == t.size())
+      for (size_t k = 0; k < g.size(); ++k) pull(g[k], t[k], r[k]);
+  };
+  pull(a.loss, truth.loss, reach.loss);
+  pull_all(a.token_loss, truth.token_loss, reach.token_loss);
+  pull_all(a.lse, truth.lse, reach.lse);
+  pull_all(a.grad_logits, truth.grad_logits, reach.grad_logits);
+  pull_all(a.dx, truth.dx, reach.dx);
+  pull_all(a.dw, truth.dw, reach.dw);
+  pull_all(a.db, truth.db, reach.db);
+  return a;
 }
 
 }  // namespace
@@ -331,20 +423,26 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
     const DType dt = p.dtype;
     double magnitude = 0;
     for (double l : truth.lse) magnitude = std::max(magnitude, std::fabs(l));
-    const auto k = host_outputs(p, got);
     const auto t = ref_outputs(p, truth);
-    // Every output against one plain path; the scalar loss first (for 'none'
-    // there is no scalar output, only the vector).
-    auto judge_all = [&](const RefOutputs& plain, const char* path) {
-      std::vector<OutputVerdict> out;
+    // Every output of `out` against one plain path; the scalar loss first (for
+    // 'none' there is no scalar output, only the vector).
+    auto judge_all = [&](const HostOutputs& out, const RefOutputs& plain, const char* path) {
+      std::vector<OutputVerdict> v;
       if (p.loss.reduction != Reduction::none)
-        out.push_back(judge("loss", {got.loss}, {truth.loss}, {plain.loss}, path, dt, magnitude));
+        v.push_back(judge("loss", {out.loss}, {truth.loss}, {plain.loss}, path, dt, magnitude));
+      const auto k = host_outputs(p, out);
       const auto b = ref_outputs(p, plain);
       for (size_t i = 0; i < k.size(); ++i)
-        out.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second, path, dt, magnitude));
-      return out;
+        v.push_back(judge(k[i].first, *k[i].second, *t[i].second, *b[i].second, path, dt, magnitude));
+      return v;
     };
-    r.outputs = judge_all(base, kUnfusedPath);
+    auto failed = [&] { return std::any_of(r.outputs.begin(), r.outputs.end(), [](const auto& o) { return !o.pass; }); };
+    // A failed output passes if its verdict in `again` does.
+    auto take = [&](const std::vector<OutputVerdict>& again) {
+      for (size_t i = 0; i < again.size(); ++i)
+        if (!r.outputs[i].pass && again[i].pass) r.outputs[i] = again[i];
+    };
+    r.outputs = judge_all(got, base, kUnfusedPath);
     // An output that fails against the unfused path passes if it meets the same
     // criteria against the kernel-rounding one (flce, fp64 truth); a failure is
     // reported against the unfused path, the one the README documents. Built only
@@ -352,11 +450,23 @@ CaseResult validate_case(Backend& backend, const ValidationCase& vc, Truth choic
     // candidate. The GPU reference has no such path: its shapes are beyond what
     // these CPU loops can afford, and their N·H is large enough for the unfused
     // path's statistics to be stable.
-    const bool failed = std::any_of(r.outputs.begin(), r.outputs.end(), [](const auto& o) { return !o.pass; });
-    if (failed && !gpu_ref && p.family == Family::flce) {
-      const auto again = judge_all(kernel_rounding_baseline(p, in), kKernelRoundingPath);
-      for (size_t i = 0; i < again.size(); ++i)
-        if (!r.outputs[i].pass && again[i].pass) r.outputs[i] = again[i];
+    std::vector<std::pair<RefOutputs, const char*>> plains;
+    if (failed() && !gpu_ref) {
+      plains.emplace_back(std::move(base), kUnfusedPath);
+      if (p.family == Family::flce) {
+        plains.emplace_back(kernel_rounding_baseline(p, in), kKernelRoundingPath);
+        take(judge_all(got, plains.back().first, kKernelRoundingPath));
+      }
+    }
+    // Then what is left of its error beyond an fp32 LSE's reach, against either
+    // path (the same criteria; the verdict says so).
+    if (failed() && !gpu_ref) {
+      const HostOutputs rest = beyond_reach(got, truth, lse_reach(p, in, truth));
+      for (const auto& [plain, path] : plains) {
+        auto again = judge_all(rest, plain, path);
+        for (auto& o : again) o.beyond_lse_reach = true;
+        take(again);
+      }
     }
     r.pass = r.deterministic;
     for (const auto& o : r.outputs) r.pass = r.pass && o.pass;
@@ -540,7 +650,8 @@ void to_json(nlohmann::json& j, const CaseResult& r) {
   nlohmann::json outs = nlohmann::json::array();
   for (const auto& o : r.outputs)
     outs.push_back({{"output", o.name}, {"pass", o.pass}, {"why", o.why}, {"kernel", o.kernel},
-                    {"baseline", o.baseline}, {"baseline_path", o.baseline_path}});
+                    {"baseline", o.baseline}, {"baseline_path", o.baseline_path},
+                    {"beyond_lse_reach", o.beyond_lse_reach}});
   j = nlohmann::json{{"case", r.vcase.name},
                      {"problem", r.vcase.problem},
                      {"config", r.vcase.config},

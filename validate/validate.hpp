@@ -7,7 +7,10 @@
 // sums). A kernel passes an output when its error is no worse than either path's
 // error plus a small margin, and within an absolute bound for the dtype that is
 // never tighter than that path's own error (the criterion of Apple's Cut
-// Cross-Entropy tests). NaN or Inf where the truth is finite fails.
+// Cross-Entropy tests). Failing that, an output passes where its error beyond
+// the reach of an fp32 LSE does (the kernels' L = m + log d is one fp32 number,
+// so a confident token's loss and gradient are only as good as L's last bits).
+// NaN or Inf where the truth is finite fails.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,9 @@ struct OutputVerdict {
   std::string name;  // loss, token_loss, lse, dz, dx, dw, db
   ErrorStats kernel, baseline;
   std::string baseline_path = kUnfusedPath;  // the path `baseline` measured
+  // `kernel` measured the error left beyond an fp32 LSE's reach (each element's
+  // error shrunk by what an LSE formed in fp32 moves it: validate.cpp's lse_reach)
+  bool beyond_lse_reach = false;
   bool pass = false;
   std::string why;  // the failed criterion, empty on pass
 };

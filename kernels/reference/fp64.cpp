@@ -16,7 +16,7 @@ double rnd(bool emulate, DType t, double v) {
 
 // Steps 2–4 and the backward of flce-math.md for one row of logits z (already
 // including the bias, before softcap). Writes dz (if non-null) and returns ℓ_i.
-double ce_row(const Problem& p, const double* z, int64_t target, double scale, double* lse_out,
+double ce_row(const Problem& p, const double* z, int64_t target, double scale, double lse_offset, double* lse_out,
               double* dz) {
   const int64_t V = p.vocab;
   const double s = p.loss.softcap, eps = p.loss.label_smoothing, lam = p.loss.z_loss;
@@ -32,7 +32,7 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
   }
   double d = 0.0;
   for (int64_t j = 0; j < V; ++j) d += std::exp(zh[static_cast<size_t>(j)] - m);
-  const double L = nan ? std::numeric_limits<double>::quiet_NaN() : m + std::log(d);  // step 3
+  const double L = nan ? std::numeric_limits<double>::quiet_NaN() : m + std::log(d) + lse_offset;  // step 3
   *lse_out = L;
   const bool valid = target != p.loss.ignore_index;
   double loss = 0.0;
@@ -61,7 +61,7 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
 
 }  // namespace
 
-RefOutputs run(const Problem& p, const HostCase& c, bool emulate) {
+RefOutputs run(const Problem& p, const HostCase& c, bool emulate, const double* lse_offset) {
   p.validate();
   const int64_t N = p.tokens, V = p.vocab, H = p.hidden;
   check_targets(p, c);
@@ -92,7 +92,8 @@ RefOutputs run(const Problem& p, const HostCase& c, bool emulate) {
     const double scale = token_grad_scale(p, c, i);
     double* dzi = bwd ? &dz[static_cast<size_t>(i * V)] : nullptr;
     r.token_loss[static_cast<size_t>(i)] =
-        ce_row(p, z.data(), c.targets[static_cast<size_t>(i)], scale, &r.lse[static_cast<size_t>(i)], dzi);
+        ce_row(p, z.data(), c.targets[static_cast<size_t>(i)], scale, lse_offset ? lse_offset[i] : 0.0,
+               &r.lse[static_cast<size_t>(i)], dzi);
     if (dzi && emulate)
       for (int64_t j = 0; j < V; ++j) dzi[j] = rnd(true, p.dtype, dzi[j]);
   }

@@ -15,6 +15,9 @@
 namespace celtune::reference {
 
 // Throws Error(usage) for a target outside [0, V) that is not ignore_index.
-RefOutputs run(const Problem& p, const HostCase& c, bool emulate_dtype = false);
+// lse_offset (N values, or null): each row's L moved by that much before the
+// loss and dZ are formed from it, as a kernel whose LSE is off by that much
+// forms them (validate measures what an fp32 LSE's rounding moves).
+RefOutputs run(const Problem& p, const HostCase& c, bool emulate_dtype = false, const double* lse_offset = nullptr);
 
 }  // namespace celtune::reference

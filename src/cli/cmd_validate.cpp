@@ -57,7 +57,9 @@ void print_details(const CaseResult& r, bool all_outputs) {
   for (const auto& o : r.outputs) {
     if (o.pass && !all_outputs) continue;
     const auto& k = o.kernel;
-    std::cout << "  " << o.name << ": " << (o.pass ? "pass" : o.why) << "\n    max abs " << fmt("%.3e", k.max_abs) << ", max rel "
+    std::cout << "  " << o.name << ": " << (o.pass ? "pass" : o.why)
+              << (o.beyond_lse_reach ? "\n    (the error left beyond an fp32 LSE's reach)" : "") << "\n    max abs "
+              << fmt("%.3e", k.max_abs) << ", max rel "
               << fmt("%.3e", k.max_rel) << ", rel L2 " << fmt("%.3e", k.rel_l2) << ", mismatches " << k.mismatches
               << "/" << k.count << ", non-finite " << k.nonfinite << "\n    baseline (" << o.baseline_path
               << " low precision): max abs "

@@ -218,3 +218,54 @@ TEST_CASE("validate: a kernel that drops the smoothing's eps/V or z-loss's gradi
     CHECK_FALSE(validate_case(no_zloss, vc).pass);
   }
 }
+
+TEST_CASE("validate: a confident token's loss and gradient pass within an fp32 LSE's reach, and no further") {
+  // At V = 2 most tokens are confident and every logit counts: one fp32 ulp of L
+  // was 0.2–1% of a correct kernel's loss and dZ, against fp32's margin of 5e-5.
+  auto backend = cpu::make_backend();
+  int within = 0;
+  for (const char* key : {"ce:N1:H0:V2:fp32:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd",
+                          "ce:N7:H0:V2:bf16:int64:ign-100:sum:ls0.1:cap0:z0.01:nobias:fwdbwd",
+                          "ce:N7:H0:V3:fp16:int64:ign-100:none:ls0:cap0:z0:nobias:fwdbwd",
+                          "flce:N1:H8:V2:fp32:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd",
+                          "flce:N3:H16:V5:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd"}) {
+    for (uint64_t seed = 1; seed <= 12; ++seed) {
+      CAPTURE(key);
+      CAPTURE(seed);
+      const CaseResult r = validate_case(*backend, case_for(key, seed));
+      CHECK(r.pass);
+      for (const auto& o : r.outputs) within += o.beyond_lse_reach;
+    }
+  }
+  CHECK(within > 0);  // the reach decided some verdicts: the test would fail without it
+  // A kernel whose LSE is kept to 16 bits (each token's loss and gradient formed
+  // from L rounded to bf16) is ~500 fp32 ulps off: beyond the reach.
+  for (const char* key : {"ce:N7:H0:V2:fp32:int64:ign-100:mean:ls0:cap0:z0:nobias:fwdbwd",
+                          "ce:N7:H0:V1001:fp32:int64:ign-100:none:ls0:cap0:z0:nobias:fwdbwd"}) {
+    CAPTURE(key);
+    const ValidationCase vc = case_for(key, 5);
+    const HostCase in = make_case(vc.problem, vc.spec);
+    WrongKernel short_lse;
+    short_lse.outputs = [&in](const Problem& p, HostOutputs& o) {
+      double total = 0;
+      for (int64_t i = 0; i < p.tokens; ++i) {
+        const double c = token_grad_scale(p, in, i), L = o.lse[static_cast<size_t>(i)];
+        const double delta = round_to(DType::bf16, static_cast<float>(L)) - L;  // L's error
+        o.token_loss[static_cast<size_t>(i)] += static_cast<float>(delta);
+        total += o.token_loss[static_cast<size_t>(i)];
+        const int64_t y = in.targets[static_cast<size_t>(i)];
+        for (int64_t j = 0; j < p.vocab && c != 0.0; ++j) {  // c·p_j becomes c·p_j·e^−δ
+          float& g = o.grad_logits[static_cast<size_t>(i * p.vocab + j)];
+          const double cp = g + (j == y ? c : 0.0);
+          g = static_cast<float>(g + cp * std::expm1(-delta));
+        }
+      }
+      o.loss = static_cast<float>(p.loss.reduction == Reduction::mean ? total / static_cast<double>(p.tokens) : total);
+    };
+    CHECK(validate_case(*backend, vc).pass);
+    const CaseResult w = validate_case(short_lse, vc);
+    CHECK_FALSE(w.pass);
+    CHECK_FALSE(verdict(w, "token_loss").pass);
+    CHECK_FALSE(verdict(w, "dz").pass);
+  }
+}

@@ -117,7 +117,10 @@ typedef struct {
 } celtune_ce_args;
 
 /* db_path: the first database to read, or NULL; then $CELTUNE_DB, the user's, the shipped one.
- * The context belongs to the CUDA device current at creation. */
+ * The context belongs to the CUDA device current at creation. With no CUDA device
+ * (or a build without CUDA) it is still created: celtune_*_config answer (no
+ * device's rows match it: the default), its kernel calls return
+ * CELTUNE_ERROR_ENVIRONMENT, and celtune_context_device gives -1. */
 celtune_status celtune_create(celtune_context** ctx, const char* db_path);
 
 /* A context on the CPU backend, with the same config resolution (the device
@@ -165,7 +168,8 @@ celtune_status celtune_flce_config(celtune_context* ctx, const celtune_flce_args
 celtune_status celtune_ce_config(celtune_context* ctx, const celtune_ce_args* args, char* json, size_t json_size,
                                  char* tag, size_t tag_size);
 
-/* The device a context runs on: a CUDA ordinal, or -1 for a CPU context. */
+/* The device a context runs on: a CUDA ordinal, or -1 for a CPU context and for
+ * one celtune_create made where no CUDA device was available. */
 int celtune_context_device(const celtune_context* ctx);
 
 /* sizeof the named public struct ("celtune_flce_args", "celtune_ce_args",

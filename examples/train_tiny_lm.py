@@ -147,7 +147,7 @@ def main():
     results = {kind: train(kind, args, device, data) for kind in ("pytorch", "celtune")}
     (lp, tp, mp), (lc, tc, mc) = results["pytorch"], results["celtune"]
     print(f"\n{'step':>6} {'F.cross_entropy':>16} {'celtune':>10} {'diff':>10}")
-    for s in list(range(0, args.steps, every)) + [args.steps - 1]:
+    for s in sorted(set(range(0, args.steps, every)) | {args.steps - 1}):  # the last step once
         print(f"{s:>6} {lp[s]:>16.4f} {lc[s]:>10.4f} {lc[s] - lp[s]:>+10.4f}")
     worst = max(abs(a - b) for a, b in zip(lp, lc))
     print(f"\nmax |loss difference| over {args.steps} steps: {worst:.2e}; "

@@ -47,8 +47,10 @@ struct OutputVerdict {
   ErrorStats kernel, baseline;
   std::string baseline_path = kUnfusedPath;  // the path `baseline` measured
   // `kernel` measured the error left beyond an fp32 LSE's reach (each element's
-  // error shrunk by what an LSE formed in fp32 moves it: validate.cpp's lse_reach)
+  // error shrunk by what an LSE formed in fp32 moves it: validate.cpp's
+  // lse_reach); kernel_raw then holds the error itself
   bool beyond_lse_reach = false;
+  ErrorStats kernel_raw;
   bool pass = false;
   std::string why;  // the failed criterion, empty on pass
 };

@@ -118,9 +118,10 @@ typedef struct {
 
 /* db_path: the first database to read, or NULL; then $CELTUNE_DB, the user's, the shipped one.
  * The context belongs to the CUDA device current at creation. With no CUDA device
- * (or a build without CUDA) it is still created: celtune_*_config answer (no
- * device's rows match it: the default), its kernel calls return
- * CELTUNE_ERROR_ENVIRONMENT, and celtune_context_device gives -1. */
+ * (or a build without CUDA) it is still created: celtune_*_config answer (an
+ * explicit config, CELTUNE_CONFIG, else the default: no device's rows match it),
+ * its kernel calls return CELTUNE_ERROR_ENVIRONMENT, and celtune_context_device
+ * gives -1. */
 celtune_status celtune_create(celtune_context** ctx, const char* db_path);
 
 /* A context on the CPU backend, with the same config resolution (the device

@@ -252,34 +252,35 @@ RefOutputs lse_reach(const Problem& p, const HostCase& in, const RefOutputs& tru
   }
   const auto [q, c] = kernel_logits(p, in);
   const RefOutputs hi = reference::run(q, c, false, up.data()), lo = reference::run(q, c, false, down.data());
-  auto half_change = [](const std::vector<double>& a, const std::vector<double>& b, bool magnitude = true) {
+  // Signed: dX sums a row's changes with their signs; the rest take magnitudes.
+  auto half_change = [](const std::vector<double>& a, const std::vector<double>& b) {
     std::vector<double> h(a.size());
-    for (size_t k = 0; k < a.size(); ++k) {
-      const double e = a[k] - b[k];
-      h[k] = std::isfinite(e) ? (magnitude ? std::fabs(e) : e) / 2 : 0.0;
-    }
+    for (size_t k = 0; k < a.size(); ++k) h[k] = std::isfinite(a[k] - b[k]) ? (a[k] - b[k]) / 2 : 0.0;
     return h;
   };
-  r.token_loss = half_change(hi.token_loss, lo.token_loss);
+  auto magnitudes = [](std::vector<double> v) {
+    for (double& e : v) e = std::fabs(e);
+    return v;
+  };
+  r.token_loss = magnitudes(half_change(hi.token_loss, lo.token_loss));
   for (double t : r.token_loss) r.loss += t;
   if (p.loss.reduction == Reduction::mean) r.loss = in.n_valid ? r.loss / static_cast<double>(in.n_valid) : 0.0;
   if (p.mode != Mode::forward_backward) return r;
-  std::vector<double> w = half_change(hi.grad_logits, lo.grad_logits);  // [N,V]
+  const std::vector<double> w = half_change(hi.grad_logits, lo.grad_logits);  // [N,V], signed
   if (p.family == Family::ce) {
-    r.grad_logits = std::move(w);
+    r.grad_logits = magnitudes(w);
     return r;
   }
-  const std::vector<double> signed_w = half_change(hi.grad_logits, lo.grad_logits, false);
-  const auto at = [&](int64_t i, int64_t j) { return w[static_cast<size_t>(i * V + j)]; };
-  r.dx.assign(static_cast<size_t>(N * H), 0.0);  // |Σ_j signed w_ij·W_jk|
-  r.dw.assign(static_cast<size_t>(V * H), 0.0);  // Σ_i w_ij·|X_ik|
+  const auto at = [&](int64_t i, int64_t j) { return std::fabs(w[static_cast<size_t>(i * V + j)]); };
+  r.dx.assign(static_cast<size_t>(N * H), 0.0);  // |Σ_j w_ij·W_jk|
+  r.dw.assign(static_cast<size_t>(V * H), 0.0);  // Σ_i |w_ij|·|X_ik|
   if (p.bias) r.db.assign(static_cast<size_t>(V), 0.0);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     double* dx = &r.dx[static_cast<size_t>(i * H)];
     for (int64_t j = 0; j < V; ++j)
       for (int64_t k = 0; k < H; ++k)
-        dx[k] += signed_w[static_cast<size_t>(i * V + j)] * in.w[static_cast<size_t>(j * H + k)];
+        dx[k] += w[static_cast<size_t>(i * V + j)] * in.w[static_cast<size_t>(j * H + k)];
     for (int64_t k = 0; k < H; ++k) dx[k] = std::fabs(dx[k]);
   }
 #pragma omp parallel for schedule(static)

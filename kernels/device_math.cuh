@@ -61,10 +61,12 @@ __device__ __forceinline__ float max_nan(float a, float b) {
 // (an IEEE division and tanhf took the dZ kernel to 2.06 TB/s at Gemma-2-2B, 69%
 // of a copy, on the H100), and the fused epilogue's where the softcap exceeds
 // kSm90FixedReferenceMaxSoftcap.
-__device__ __forceinline__ float softcap_fast(float x, float s, float inv_s) {
+__device__ __forceinline__ float softcap_fast(float x, float s, float inv_s, float* e_out = nullptr,
+                                              float* r_out = nullptr) {
   const float t = x * inv_s;
   const float e = exp2_approx(-2.8853900817779268f * fabsf(t));  // 2·log2(e)
   const float r = __fdividef(1.0f, 1.0f + e);  // (1 − e)·r is __fdividef(1 − e, 1 + e) bit for bit
+  if (e_out) *e_out = e, *r_out = r;
   return copysignf(s * ((1.0f - e) * r), t);
 }
 // The same tanh scaled by c: c·tanh(x/s), given k = −2·log2(e)/s, with e and
@@ -85,8 +87,10 @@ __device__ __forceinline__ float softcap_scaled(float x, float k, float c, float
   return copysignf(fmaf(*r, 2.0f * c, -c), x);
 }
 // A quarter of dẑ/dx = 1 − tanh²(x/s) = 4e/(1 + e)² = 4e·r², from softcap_scaled's
-// e and r: accurate where 1 − (ẑ/s)² cancels (|x| ≫ s, where 1 − tanh → 2e). A
-// quarter, so that the caller takes the 4 into an exponential it computes anyway.
+// or softcap_fast's e and r: accurate where 1 − (ẑ/s)² cancels (|x| ≫ s, where
+// 1 − tanh² → 4e and ẑ/s rounds to ±1: a relative error of 1 there at s = 0.05 on
+// unit logits). A quarter, so that a caller can take the 4 into an exponential it
+// computes anyway.
 __device__ __forceinline__ float softcap_dtanh_quarter(float e, float r) { return e * r * r; }
 
 // tanh on the special-function unit: one instruction where softcap_scaled takes

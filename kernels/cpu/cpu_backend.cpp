@@ -54,6 +54,14 @@ inline void merge(float& m, float& d, float m2, float d2) {
 }
 
 inline float softcap(float z, float s) { return s > 0.0f ? s * std::tanh(z / s) : z; }
+// The softcap's chain factor 1 − tanh²(z/s) (1 without one), from the raw logit z
+// as 4e/(1 + e)², e = exp(−2|z/s|): 1 − (ẑ/s)² cancels where the softcap
+// saturates (the CUDA kernels' softcap_dtanh_quarter).
+inline float softcap_slope(float z, float s) {
+  if (s <= 0.0f) return 1.0f;
+  const float e = std::exp(-2.0f * std::fabs(z / s)), r = 1.0f / (1.0f + e);
+  return 4.0f * e * r * r;
+}
 
 class Runner {
  public:
@@ -213,8 +221,7 @@ class Runner {
         const float z = softcap(t[j], s_);
         float g = (1 + 2 * lam_ * L) * std::exp(z - L) - eps_ * inv_v;
         if (v0 + j == y) g -= (1 - eps_);
-        const float cap = s_ > 0 ? 1 - (z / s_) * (z / s_) : 1.0f;
-        t[j] = round_to(p_.dtype, c * g * cap);
+        t[j] = round_to(p_.dtype, c * g * softcap_slope(t[j], s_));
       }
     }
   }

@@ -52,7 +52,9 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
       const double pj = std::exp(zj - L);
       double g = (1 + 2 * lam * L) * pj - eps / static_cast<double>(V);
       if (j == target) g -= (1 - eps);
-      const double cap = s > 0 ? 1 - (zj / s) * (zj / s) : 1.0;
+      // 1 − (ẑ/s)² as 1/cosh²(z/s), which does not cancel where the softcap
+      // saturates (cosh overflows to inf, and the factor to 0, past |z/s| ≈ 710).
+      const double ch = s > 0 ? std::cosh(z[j] / s) : 1.0, cap = 1.0 / (ch * ch);
       dz[j] = scale * g * cap;
     }
   }

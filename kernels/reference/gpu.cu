@@ -77,7 +77,9 @@ __device__ float block_max(float v, float* smem) {
 //   pass 1: m = max ẑ, Σẑ (for label smoothing), NaN seen
 //   pass 2: d = Σ exp(ẑ − m);  L = m + log d  (step 3)
 //   loss:   (1−ε)(L − ẑ_t) + ε(L − Σẑ/V) + λL²  for a target that is not ignored (step 4)
-//   pass 3: dZ_j = c_i·((1 + 2λL)·exp(ẑ_j − L) − ε/V − (1−ε)[j = t])·(1 − (ẑ_j/s)²), in place.
+//   pass 3: dZ_j = c_i·((1 + 2λL)·exp(ẑ_j − L) − ε/V − (1−ε)[j = t])·(1 − (ẑ_j/s)²), in place,
+//           the last factor as 1/cosh²(z_j/s): 1 − (ẑ/s)² cancels where the softcap
+//           saturates. So the row keeps z, and each pass takes ẑ from it.
 __global__ void three_pass_ce(float* z, const float* bias, const int64_t* targets, const float* scale, CeParams q,
                               float* lse, float* token_loss) {
   __shared__ double dsm[kThreads];
@@ -85,14 +87,15 @@ __global__ void three_pass_ce(float* z, const float* bias, const int64_t* target
   const int64_t i = blockIdx.x;
   float* row = z + i * q.V;
   const bool cap = q.softcap > 0.0f;
+  auto capped = [&](float v) { return cap ? q.softcap * tanhf(v / q.softcap) : v; };
 
   float m = -INFINITY;
   double zsum = 0.0, nan = 0.0;
   for (int64_t j = threadIdx.x; j < q.V; j += kThreads) {
     float v = row[j] + (bias ? bias[j] : 0.0f);
     v = round_dtype(v, q.round_to);
-    if (cap) v = q.softcap * tanhf(v / q.softcap);
     row[j] = v;
+    v = capped(v);
     if (isnan(v)) nan = 1.0;
     m = fmaxf(m, v);
     zsum += v;
@@ -102,7 +105,7 @@ __global__ void three_pass_ce(float* z, const float* bias, const int64_t* target
   nan = block_sum(nan, dsm);
 
   double d = 0.0;
-  for (int64_t j = threadIdx.x; j < q.V; j += kThreads) d += expf(row[j] - m);
+  for (int64_t j = threadIdx.x; j < q.V; j += kThreads) d += expf(capped(row[j]) - m);
   d = block_sum(d, dsm);
   const float L = nan > 0.0 ? NAN : m + static_cast<float>(log(d));
 
@@ -112,7 +115,7 @@ __global__ void three_pass_ce(float* z, const float* bias, const int64_t* target
     lse[i] = L;
     float loss = 0.0f;
     if (valid)
-      loss = static_cast<float>((1.0 - q.eps) * (L - row[t]) +
+      loss = static_cast<float>((1.0 - q.eps) * (L - capped(row[t])) +
                                 (q.eps > 0 ? q.eps * (L - zsum / static_cast<double>(q.V)) : 0.0) +  // as fp64.cpp
                                 static_cast<double>(q.lam) * L * L);
     token_loss[i] = loss;
@@ -121,12 +124,15 @@ __global__ void three_pass_ce(float* z, const float* bias, const int64_t* target
   if (!q.backward) return;
   const float c = scale[i];
   for (int64_t j = threadIdx.x; j < q.V; j += kThreads) {
-    const float zj = row[j];
+    const float zj = capped(row[j]);
     float g = 0.0f;
     if (valid && c != 0.0f) {
       g = (1.0f + 2.0f * q.lam * L) * expf(zj - L) - q.eps / static_cast<float>(q.V);
       if (j == t) g -= 1.0f - q.eps;
-      if (cap) g *= 1.0f - (zj / q.softcap) * (zj / q.softcap);
+      if (cap) {
+        const float ch = coshf(row[j] / q.softcap);  // ch·ch is inf past |z/s| ≈ 45: g/inf = 0
+        g /= ch * ch;
+      }
       g *= c;
     }
     row[j] = round_dtype(g, q.round_to);

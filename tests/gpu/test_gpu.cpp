@@ -784,6 +784,38 @@ TEST_CASE("an ignored row adds no loss and no gradient on every ce path, whateve
       }
 }
 
+TEST_CASE("a saturated softcap's gradient on every ce path and the default, fp32 and bf16, judged by validate") {
+  // s = 0.05 or 0.02 on unit logits: most ẑ/s round to ±1 in fp32, where 1 −
+  // (ẑ/s)², the kernels' chain factor until 2026-11-28, was 0 or a few ulps
+  // against sech²(z/s) of 1e-9 to 1e-30 (a relative error of 1: validate failed
+  // fp32's dZ at some seeds). The factor is now 4e/(1 + e)² from the softcap's
+  // own exponential; each case twice, with smoothing and z-loss the second time.
+  std::vector<KernelConfig> configs;
+  for (const CePath& path : kCePaths) configs.push_back(ce_path_config(path));
+  for (DType dt : {DType::fp32, DType::bf16})
+    for (double cap : {0.05, 0.02})
+      for (int opts = 0; opts < 2; ++opts) {
+        Problem p;
+        p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 5000, p.dtype = dt;
+        p.loss.softcap = cap;
+        if (opts) p.loss.label_smoothing = 0.1, p.loss.z_loss = 1e-4, p.loss.reduction = Reduction::sum;
+        std::vector<KernelConfig> cs = configs;
+        cs.push_back(default_config(p));
+        for (const KernelConfig& c : cs) {
+          if (!gpu()->supports(p, c)) continue;
+          ValidationCase vc;
+          vc.problem = p, vc.config = c, vc.spec.seed = next_seed();
+          vc.name = "saturated softcap " + std::to_string(cap) + " " + std::string(to_string(dt));
+          expect_pass(vc);
+          Problem q = p;  // more rows, each config's other schedules
+          q.tokens = 64, q.vocab = 1000;
+          if (!gpu()->supports(q, c)) continue;
+          vc.problem = q, vc.spec.seed = next_seed();
+          expect_pass(vc);
+        }
+      }
+}
+
 TEST_CASE("unsupported configs and shapes are refused with a clear message") {
   Problem p;
   p.family = Family::flce, p.tokens = 8, p.hidden = 20, p.vocab = 100, p.dtype = DType::bf16;  // H % 8 != 0

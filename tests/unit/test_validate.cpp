@@ -270,3 +270,38 @@ TEST_CASE("validate: a confident token's loss and gradient pass within an fp32 L
     CHECK_FALSE(verdict(w, "dz").pass);
   }
 }
+
+TEST_CASE("validate: a saturated softcap's gradient passes in fp32, and 1 − (ẑ/s)², which cancels there, fails") {
+  // At s = 0.05 on unit logits most ẑ/s round to ±1 in fp32: 1 − (ẑ/s)² is then
+  // 0 or a few ulps where sech²(z/s) is 1e-9 to 1e-30, a relative error of 1 in
+  // dZ (the kernels formed it so until 2026-11-28; validate failed them at some
+  // seeds). Now they form 4e/(1 + e)² from the softcap's own exponential.
+  auto backend = cpu::make_backend();
+  WrongKernel cancels;
+  const HostCase* in = nullptr;
+  cancels.outputs = [&in](const Problem& p, HostOutputs& o) {
+    const double s = p.loss.softcap;
+    for (size_t k = 0; k < o.grad_logits.size(); ++k) {
+      const float z = in->logits[k], t = static_cast<float>(s * std::tanh(z / s)) / static_cast<float>(s);
+      const double ch = std::cosh(z / s), exact = 1.0 / (ch * ch);
+      if (exact > 0) o.grad_logits[k] = static_cast<float>(o.grad_logits[k] / exact * (1.0f - t * t));
+    }
+  };
+  int caught = 0;
+  for (const char* key : {"ce:N64:H0:V1000:fp32:int64:ign-100:mean:ls0:cap0.05:z0:nobias:fwdbwd",
+                          "ce:N64:H0:V1000:fp32:int64:ign-100:sum:ls0.1:cap0.02:z1e-04:nobias:fwdbwd",
+                          "flce:N32:H16:V999:fp32:int64:ign-100:mean:ls0:cap0.05:z0:nobias:fwdbwd"}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      CAPTURE(key);
+      CAPTURE(seed);
+      const ValidationCase vc = case_for(key, seed);
+      const CaseResult r = validate_case(*backend, vc);
+      CHECK(r.pass);
+      if (vc.problem.family != Family::ce) continue;
+      const HostCase c = make_case(vc.problem, vc.spec);
+      in = &c;
+      caught += !validate_case(cancels, vc).pass;
+    }
+  }
+  CHECK(caught > 0);
+}

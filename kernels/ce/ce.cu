@@ -264,6 +264,48 @@ __device__ __forceinline__ float exp_shifted(float x, float shift) {
     return exp2_approx(fmaf(x, kLog2e, -shift));
 }
 
+// A row's LSE as an unevaluated sum hi + lo: hi = L rounded to fp32 (the lse
+// output), lo what that rounding dropped. A confident token's loss L − ẑ_y and
+// its gradient's exp(ẑ_y − L) are a few 1e-6 or less, and one ulp of L is 1e-6
+// at |L| ≈ 10 (4e-6 at 60): formed from hi alone they carried that as error, up
+// to all of their value, where PyTorch, keeping m and log d apart, is exact to
+// fp32's 6e-8. From hi + lo they are too (flce-math.md steps 3–5).
+// `folded`: 16-bit inputs, whose d summed 2^(z·log2 e − fl(m·log2 e)) (shift_of),
+// so d carries 2^δ, δ = m·log2 e − fl(m·log2 e), exactly the FMA's residual
+// below, which comes off log d. Not finite (a row all −inf, +inf, NaN): lo = 0,
+// and hi is m + log d as it always was.
+struct Lse {
+  float hi, lo;
+};
+__device__ __forceinline__ Lse lse_of(float m, float d, bool folded) {
+  float ld = logf(d);
+  if (folded && isfinite(m)) ld -= kLn2 * fmaf(m, kLog2e, -(m * kLog2e));
+  const float hi = m + ld;
+  // m − hi is exact where it matters: hi within a factor 2 of m (Sterbenz), as
+  // it is wherever log d is small against |m|.
+  return {hi, isfinite(hi) ? (m - hi) + ld : 0.0f};
+}
+template <typename T>
+__device__ __forceinline__ Lse lse_of(float m, float d) {
+  return lse_of(m, d, !std::is_same_v<T, float>);
+}
+// The LSE as GradOp takes it: hi, and `rest`, what turns exp_shifted<T>(z,
+// shift_of<T>(hi)) into exp(z − (hi + lo)): e^−lo, and for 16-bit inputs 2^−δ
+// for the shift's own rounding (fl(hi·log2 e)). rest is 1 where hi is not finite
+// (lo is 0 there), so those rows' dZ is what it always was. Formed once a row,
+// by the thread that merged it, and shared like L was: each thread forming it
+// (an exp2 and its FMAs) is work the 64-register kernels may redo every tile.
+struct GradLse {
+  float hi, rest;
+};
+template <typename T>
+__device__ __forceinline__ GradLse grad_lse(Lse L) {
+  if (!isfinite(L.hi)) return {L.hi, 1.0f};
+  float e = L.lo * kLog2e;
+  if constexpr (!std::is_same_v<T, float>) e += fmaf(L.hi, kLog2e, -shift_of<T>(L.hi));
+  return {L.hi, exp2_approx(-e)};
+}
+
 // op over N values in four interleaved chains, then a tree over the four, in a
 // fixed order. One chain of N dependent max or add steps (the form the compiler
 // keeps: it may not reassociate them) had the fused ce kernel's warps stalled on
@@ -538,12 +580,18 @@ __device__ __forceinline__ float target_logit(const LossParams& p, const T* row,
 // The row's loss from its merged statistics (flce-math.md step 5). Without
 // label smoothing its term is left out, not multiplied by 0: a logit of −inf
 // (a masked column) makes Σẑ −inf, and 0·(−inf) was a NaN loss where PyTorch's
-// is finite (as is every other output here).
-__device__ __forceinline__ float row_loss(const LossParams& p, float L, float zs, float zt, int64_t y) {
+// is finite (as is every other output here). L − ẑ_y as (hi − ẑ_y) + lo: exact
+// where ẑ_y is the row's max (hi − m is), the loss then log d to fp32's precision.
+__device__ __forceinline__ float row_loss(const LossParams& p, Lse L, float zs, float zt, int64_t y) {
   if (!valid_target(p, y)) return 0.0f;
   const float eps = p.label_smoothing;
-  const float smooth = eps > 0.0f ? eps * (L - zs / static_cast<float>(p.vocab)) : 0.0f;
-  return (1.0f - eps) * (L - zt) + smooth + p.z_loss * L * L;
+  const float smooth = eps > 0.0f ? eps * ((L.hi - zs / static_cast<float>(p.vocab)) + L.lo) : 0.0f;
+  return (1.0f - eps) * ((L.hi - zt) + L.lo) + smooth + p.z_loss * L.hi * L.hi;
+}
+// The row's LSE from its merged (m, d) for the kernels' dtype, written to the
+// outputs: hi to lse, lo to lse_lo where a later gradient kernel needs it.
+__device__ __forceinline__ Lse lse_of(const LossParams& p, float m, float d) {
+  return lse_of(m, d, p.dtype != DType::fp32);
 }
 
 // dZ = c·((1+2λL)p − (1−ε)[j=y] − ε/V)·(1 − (ẑ/s)²) for one row once L is final:
@@ -555,18 +603,19 @@ __device__ __forceinline__ float row_loss(const LossParams& p, float L, float zs
 template <typename T, int ELEMS>
 struct GradOp {
   const LossParams& p;
-  // shift_of<T>(L); then k·c(1+2λL), k·cε/V, k·c(1−ε), with k = 4 under a softcap
-  // (its chain factor is formed as a quarter, softcap_dtanh_quarter) and 1 without.
+  // shift_of<T>(hi); then k·c(1+2λL)·rest, k·cε/V, k·c(1−ε), with k = 4 under
+  // a softcap (its chain factor is formed as a quarter, softcap_dtanh_quarter)
+  // and 1 without.
   float shift, cp, c_smooth, c_target;
   int64_t v0, y_local;                  // the span's first problem column; the target's column in it
   int y32;                              // y_local where it fits 32 bits and is ≥ 0, else −1 (see nonzero)
-  __device__ __forceinline__ GradOp(const LossParams& lp, float L, float c, int64_t v0_, int64_t y)
+  __device__ __forceinline__ GradOp(const LossParams& lp, GradLse L, float c, int64_t v0_, int64_t y)
       // cp from c only where c ≠ 0: an ignored row's L may be NaN (a NaN logit)
       // or −inf (a row all −inf), and 0·(1 + 2λL) is then NaN, not the 0 that
       // zero() takes aside. k is a power of 2, so k·c is exact.
       : GradOp(lp, L, c, lp.softcap > 0.0f ? 4.0f * c : c, v0_, y) {}
-  __device__ __forceinline__ GradOp(const LossParams& lp, float L, float c, float kc, int64_t v0_, int64_t y)
-      : p(lp), shift(shift_of<T>(L)), cp(c == 0.0f ? 0.0f : kc * (1.0f + 2.0f * lp.z_loss * L)),
+  __device__ __forceinline__ GradOp(const LossParams& lp, GradLse L, float c, float kc, int64_t v0_, int64_t y)
+      : p(lp), shift(shift_of<T>(L.hi)), cp(c == 0.0f ? 0.0f : kc * (1.0f + 2.0f * lp.z_loss * L.hi) * L.rest),
         c_smooth(kc * (lp.label_smoothing / static_cast<float>(lp.vocab))), c_target(kc * (1.0f - lp.label_smoothing)),
         v0(v0_), y_local(y - v0_), y32(y_local >= 0 && y_local <= INT32_MAX ? static_cast<int>(y_local) : -1) {}
   __device__ __forceinline__ bool zero() const { return cp == 0.0f && c_smooth == 0.0f && c_target == 0.0f; }
@@ -634,7 +683,7 @@ struct GradOp {
 // cache_elems elements from the sweep's head when a fused path kept them on chip.
 template <typename T, int ELEMS>
 __device__ __forceinline__ void write_grad_row(const T* row, T* orow, int64_t v0, int64_t cols, const LossParams& p,
-                                               float L, float c, int64_t y, const T* cache, int64_t cache_elems) {
+                                               GradLse L, float c, int64_t y, const T* cache, int64_t cache_elems) {
   const int64_t block = int64_t{ELEMS} * blockDim.x, mine = int64_t{threadIdx.x} * ELEMS;
   const Sweep<T, ELEMS> sw(row, orow, cols, block);
   const GradOp<T, ELEMS> grad(p, L, c, v0, y);
@@ -703,7 +752,8 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
   const int64_t r = blockIdx.x, gr = v.r0 + r;
   T* row = static_cast<T*>(v.tile) + r * v.ld;
   const Partial s = row_stats<T, ELEMS>(row, v.cols, v.v0, p, cache, cache_elems);
-  __shared__ float s_L, s_c;
+  __shared__ GradLse s_L;
+  __shared__ float s_c;
   __shared__ int64_t s_y;
   if (threadIdx.x == 0) {
     float m = s.m, d = s.d, zs = s.zs, zt = 0.0f;
@@ -717,10 +767,11 @@ __global__ void fold_kernel(TileView v, LossParams p, RowState st, bool first, b
     if (!last) {
       st.m[gr] = m, st.d[gr] = d, st.z_sum[gr] = zs, st.z_target[gr] = zt;
     } else {
-      const float L = m + logf(d);
-      lse[gr] = L;
+      const Lse L = lse_of<T>(m, d);
+      lse[gr] = L.hi;
+      if (st.lse_lo) st.lse_lo[gr] = L.lo;  // the chunks' gradients after this launch (ce_grad)
       token_loss[gr] = row_loss(p, L, zs, zt, y);
-      s_L = L;
+      s_L = grad_lse<T>(L);
       // Forward-only calls pass no upstream gradient (grad_scale and
       // grad_tokens may be null): read it only when this launch writes dZ.
       s_c = grad ? token_scale(p, gr, y) : 0.0f;
@@ -812,17 +863,19 @@ struct BulkSpan {
 
 // dZ from the final LSE, block b on segment b % splits of row b / splits.
 template <typename T, int ELEMS>
-__device__ __forceinline__ void grad_segment(const TileView& v, const LossParams& p, const float* lse, int64_t seg,
+__device__ __forceinline__ void grad_segment(const TileView& v, const LossParams& p, const float* lse,
+                                             const float* lse_lo, int64_t seg,
                                              int splits) {
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, y = target_of(p, gr);
   const T* row = static_cast<const T*>(v.tile) + g.r * v.ld + g.c0;
   T* orow = static_cast<T*>(v.out) + g.r * v.ld_out + g.c0;
-  write_grad_row<T, ELEMS>(row, orow, v.v0 + g.c0, g.cols, p, lse[gr], token_scale(p, gr, y), y, nullptr, 0);
+  const GradLse L = grad_lse<T>(Lse{lse[gr], lse_lo ? lse_lo[gr] : 0.0f});
+  write_grad_row<T, ELEMS>(row, orow, v.v0 + g.c0, g.cols, p, L, token_scale(p, gr, y), y, nullptr, 0);
 }
 template <typename T, int ELEMS>
-__global__ void grad_kernel(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
-  grad_segment<T, ELEMS>(v, p, lse, seg, splits);
+__global__ void grad_kernel(TileView v, LossParams p, const float* lse, const float* lse_lo, int64_t seg, int splits) {
+  grad_segment<T, ELEMS>(v, p, lse, lse_lo, seg, splits);
 }
 // 16-bit inputs at 16 elements a thread (the ce default's 4096-wide tiles): left
 // alone the compiler takes 84 registers, so two blocks of 256 threads share an
@@ -833,8 +886,9 @@ __global__ void grad_kernel(TileView v, LossParams p, const float* lse, int64_t 
 // cap spills 12 bytes a thread outside the element loop: to be timed against
 // the uncapped kernel on the next GPU run.
 template <typename T>
-__global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const float* lse, int64_t seg, int splits) {
-  grad_segment<T, 16>(v, p, lse, seg, splits);
+__global__ void __maxnreg__(80) grad_kernel_80(TileView v, LossParams p, const float* lse, const float* lse_lo,
+                                               int64_t seg, int splits) {
+  grad_segment<T, 16>(v, p, lse, lse_lo, seg, splits);
 }
 
 // Tiles of 8 elements (the fused default's) go two at a time through the fused
@@ -1043,11 +1097,18 @@ template <typename T, int ELEMS>
 __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p, int64_t seg, int splits, float* lse,
                                                        float* token_loss, int64_t cache_elems, bool grad, OneLaunch one) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ uint4 cache_raw[];
+  // 128-byte aligned: the bulk copies land here. Left to follow the static arrays
+  // it moved with them (64-byte aligned, then 16 when s_L grew to two floats,
+  // and the forward+backward at V = 32000 ran 4-7.5% slower on the H200). At 128
+  // it runs 1-2.3% faster than at 64 from 768 rows, 256 gains nothing more, 1024
+  // loses 2% again; at 384-512 rows it is 3-8% slower (docs/results.md,
+  // fifty-third session).
+  extern __shared__ __align__(128) uint4 cache_raw[];
   T* cache = reinterpret_cast<T*>(cache_raw);
   __shared__ uint64_t bars[kPieces], s_xbar;
   __shared__ float4 s_parts[kCeMaxClusterBlocks];  // every block's partial, by rank
-  __shared__ float s_L, s_c;
+  __shared__ GradLse s_L;
+  __shared__ float s_c;
   __shared__ int64_t s_n;
   cg::cluster_group cluster = cg::this_cluster();
   const Segment g(v, seg, splits);
@@ -1144,9 +1205,9 @@ __global__ void __launch_bounds__(1024) cluster_kernel(TileView v, LossParams p,
     // Every block merges the same partials in the same order: all agree on L.
     float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
     merge_span(m, d, zs, zt, splits, [&](int k) { return s_parts[k]; });
-    const float L = m + logf(d);
-    if (first) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zt, y);
-    s_L = L;
+    const Lse L = lse_of<T>(m, d);
+    if (first) lse[gr] = L.hi, token_loss[gr] = row_loss(p, L, zs, zt, y);
+    s_L = grad_lse<T>(L);
     s_c = !grad ? 0.0f : one.on ? token_scale(p, gr, y, s_n) : token_scale(p, gr, y);
   }
   // Every thread needs s_L and s_c. No block reads another's shared memory, and
@@ -1321,7 +1382,8 @@ __device__ __forceinline__ int merge_group(int splits, int64_t rows, int threads
 // this end, the acquire-release arrival and the target from registers, the
 // forward at 1–4 rows took 15–18% less time on the H100 (docs/results.md).
 __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* parts, int splits, int64_t r0,
-                                            int64_t rows, float* lse, float* token_loss, const OneLaunch& one) {
+                                            int64_t rows, float* lse, float* lse_lo, float* token_loss,
+                                            const OneLaunch& one) {
   const int G = merge_group(splits, rows, blockDim.x), lane = threadIdx.x % 32, warp = threadIdx.x / 32,
             nwarps = blockDim.x / 32;
   const int per_warp = 32 / G, gl = lane % G;
@@ -1334,8 +1396,10 @@ __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* p
     float m, d, zs, zt;
     merge_row_parts(parts + r * splits, splits, G, gl, valid, m, d, zs, zt);
     if (valid && gl == 0) {
-      const float L = m + logf(d), l = row_loss(p, L, zs, zt, y);
-      lse[r0 + r] = L, token_loss[r0 + r] = l;
+      const Lse L = lse_of(p, m, d);
+      const float l = row_loss(p, L, zs, zt, y);
+      lse[r0 + r] = L.hi, token_loss[r0 + r] = l;
+      if (lse_lo) lse_lo[r0 + r] = L.lo;
       acc += l;
       count_target(p, r0 + r, y, c, b);
     }
@@ -1371,7 +1435,8 @@ __device__ __forceinline__ void finish_rows(const LossParams& p, const float4* p
 template <typename T, int ELEMS, bool kGrad>
 __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
                                                       float* lse, float* token_loss, OneLaunch one) {
-  __shared__ float s_L, s_c;
+  __shared__ GradLse s_L;
+  __shared__ float s_c;
   __shared__ bool s_owner;
   const Segment g(v, seg, splits);
   const int64_t gr = v.r0 + g.r, y = target_of(p, gr), v0 = v.v0 + g.c0;
@@ -1420,7 +1485,8 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
   const float zt = block_holds_target ? s_zt : 0.0f;  // valid in thread 0
   if (threadIdx.x == 0) parts[blockIdx.x] = make_float4(s.m, s.d, s.zs, zt);
   if constexpr (!kGrad) {
-    if (last_to_arrive(one.done, gridDim.x)) finish_rows(p, parts, splits, v.r0, v.rows, lse, token_loss, one);
+    if (last_to_arrive(one.done, gridDim.x))
+      finish_rows(p, parts, splits, v.r0, v.rows, lse, nullptr, token_loss, one);
     return;
   }
   unsigned* const count = one.rows + g.r;
@@ -1435,9 +1501,9 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
     const int G = merge_group(splits, v.rows, blockDim.x);
     merge_row_parts(parts + g.r * splits, splits, G, threadIdx.x % G, true, m, d, zs, zsum_t);
     if (threadIdx.x == 0) {
-      const float L = m + logf(d);
-      if (s_owner) lse[gr] = L, token_loss[gr] = row_loss(p, L, zs, zsum_t, y);
-      s_L = L;
+      const Lse L = lse_of<T>(m, d);
+      if (s_owner) lse[gr] = L.hi, token_loss[gr] = row_loss(p, L, zs, zsum_t, y);
+      s_L = grad_lse<T>(L);
       s_c = token_scale(p, gr, y, n);
     }
   }
@@ -1471,7 +1537,8 @@ __global__ void __launch_bounds__(1024) spread_kernel(TileView v, LossParams p, 
 // merge_parts_kernel and count_reduce_kernel end the call.
 template <typename T, int ELEMS, bool kPlainSweep>
 __device__ __forceinline__ void part_segment(const TileView& v, const LossParams& p, int64_t seg, int splits,
-                                             float4* parts, float* lse, float* token_loss, const OneLaunch& one) {
+                                             float4* parts, float* lse, float* lse_lo, float* token_loss,
+                                             const OneLaunch& one) {
   if (threadIdx.x == 0) prefetch_target(p, v.r0 + blockIdx.x / splits);
   Partial s;
   {
@@ -1496,8 +1563,9 @@ __device__ __forceinline__ void part_segment(const TileView& v, const LossParams
     const int64_t y = target_of(p, gr);
     const float zt = target_logit(p, static_cast<const T*>(v.tile) + r * v.ld + c0, v.v0 + c0, min(seg, v.cols - c0), y);
     if (splits == 1) {
-      const float L = s.m + logf(s.d);
-      lse[gr] = L;
+      const Lse L = lse_of<T>(s.m, s.d);
+      lse[gr] = L.hi;
+      if (lse_lo) lse_lo[gr] = L.lo;
       token_loss[gr] = row_loss(p, L, s.zs, zt, y);
     } else {
       parts[b] = make_float4(s.m, s.d, s.zs, zt);
@@ -1505,15 +1573,16 @@ __device__ __forceinline__ void part_segment(const TileView& v, const LossParams
   }
   if (!one.on) return;  // merge_parts_kernel and count_reduce_kernel end the call
   if (splits > 1) {
-    if (last_to_arrive(one.done, gridDim.x)) finish_rows(p, parts, splits, v.r0, v.rows, lse, token_loss, one);
+    if (last_to_arrive(one.done, gridDim.x))
+      finish_rows(p, parts, splits, v.r0, v.rows, lse, lse_lo, token_loss, one);
     return;
   }
   finish_split(p, token_loss, one.tokens, static_cast<unsigned>(v.rows), one);
 }
 template <typename T, int ELEMS>
 __global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, float4* parts, float* lse,
-                            float* token_loss, OneLaunch one) {
-  part_segment<T, ELEMS, false>(v, p, seg, splits, parts, lse, token_loss, one);
+                            float* lse_lo, float* token_loss, OneLaunch one) {
+  part_segment<T, ELEMS, false>(v, p, seg, splits, parts, lse, lse_lo, token_loss, one);
 }
 // 16-bit logits, 8 a thread (the forward's default tile at up to ~1024 rows),
 // with plain_stats for plain logits, at most 64 registers: uncapped it took 72
@@ -1522,19 +1591,20 @@ __global__ void part_kernel(TileView v, LossParams p, int64_t seg, int splits, f
 // narrow tiles to 64 and the wide ones to ~104.
 template <typename T>
 __global__ void __maxnreg__(64) part_kernel_64(TileView v, LossParams p, int64_t seg, int splits, float4* parts,
-                                               float* lse, float* token_loss, OneLaunch one) {
-  part_segment<T, 8, true>(v, p, seg, splits, parts, lse, token_loss, one);
+                                               float* lse, float* lse_lo, float* token_loss, OneLaunch one) {
+  part_segment<T, 8, true>(v, p, seg, splits, parts, lse, lse_lo, token_loss, one);
 }
 
 // One thread per row: the row's partials merged in segment order (deterministic).
 __global__ void merge_parts_kernel(const float4* parts, int64_t r0, int64_t rows, int splits, LossParams p, float* lse,
-                                   float* token_loss) {
+                                   float* lse_lo, float* token_loss) {
   const int64_t r = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   float m = kNegInf, d = 0.0f, zs = 0.0f, zt = 0.0f;
   merge_span(m, d, zs, zt, splits, [&](int k) { return parts[r * splits + k]; });
-  const float L = m + logf(d);
-  lse[r0 + r] = L;
+  const Lse L = lse_of(p, m, d);
+  lse[r0 + r] = L.hi;
+  if (lse_lo) lse_lo[r0 + r] = L.lo;
   token_loss[r0 + r] = row_loss(p, L, zs, zt, target_of(p, r0 + r));
 }
 
@@ -1552,8 +1622,8 @@ __global__ void count_reduce_kernel(LossParams p, const float* token_loss, int64
 
 // ---- dispatch table: (dtype, ELEMS) → kernel pointer, per kernel ----
 using FoldFn = void (*)(TileView, LossParams, RowState, bool, bool, bool, float*, float*, int64_t);
-using GradFn = void (*)(TileView, LossParams, const float*, int64_t, int);
-using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, OneLaunch);
+using GradFn = void (*)(TileView, LossParams, const float*, const float*, int64_t, int);
+using PartFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, float*, OneLaunch);
 using ClusterFn = void (*)(TileView, LossParams, int64_t, int, float*, float*, int64_t, bool, OneLaunch);
 using SpreadFn = void (*)(TileView, LossParams, int64_t, int, float4*, float*, float*, OneLaunch);
 
@@ -1897,18 +1967,18 @@ void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool fir
   CELTUNE_LAUNCHED();
 }
 
-void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st,
-             int64_t seg) {
+void ce_grad(const TileView& v, const LossParams& p, const float* lse, const float* lse_lo, const CeLaunch& l,
+             cudaStream_t st, int64_t seg) {
   if (v.rows == 0) return;
   if (seg <= 0 || seg > v.cols) seg = v.cols;
   const int splits = static_cast<int>((v.cols + seg - 1) / seg);
   const GradFn fn = CELTUNE_PICK(grad, p.dtype, elems_index(l));
-  fn<<<grid_of(v.rows, splits), l.threads, 0, st>>>(v, p, lse, seg, splits);
+  fn<<<grid_of(v.rows, splits), l.threads, 0, st>>>(v, p, lse, lse_lo, seg, splits);
   CELTUNE_LAUNCHED();
 }
 
-void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
-                    const CeLaunch& l, cudaStream_t st, const OneLaunch& one) {
+void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* lse_lo,
+                    float* token_loss, const CeLaunch& l, cudaStream_t st, const OneLaunch& one) {
   if (v.rows == 0) return;  // unreachable: a problem has tokens (Problem::validate)
   if (seg <= 0 || seg > v.cols) seg = v.cols;
   const int splits = static_cast<int>((v.cols + seg - 1) / seg);
@@ -1917,12 +1987,12 @@ void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* 
   k.on = v.rows <= kCeOneLaunchTokens;
   const PartFn fn = CELTUNE_PICK(part, p.dtype, elems_index(l));
   fn<<<grid_of(v.rows, splits), l.threads, 0, st>>>(v, p, seg, splits, reinterpret_cast<float4*>(parts), lse,
-                                                     token_loss, k);
+                                                     lse_lo, token_loss, k);
   CELTUNE_LAUNCHED();
   if (k.on) return;
   if (splits > 1) {
     merge_parts_kernel<<<static_cast<unsigned>((v.rows + 255) / 256), 256, 0, st>>>(
-        reinterpret_cast<const float4*>(parts), v.r0, v.rows, splits, p, lse, token_loss);
+        reinterpret_cast<const float4*>(parts), v.r0, v.rows, splits, p, lse, lse_lo, token_loss);
     CELTUNE_LAUNCHED();
   }
   count_reduce_kernel<<<1, 1024, 0, st>>>(p, token_loss, one.tokens, one.n_valid, one.bad, one.loss);

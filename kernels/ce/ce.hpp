@@ -18,6 +18,7 @@ struct RowState {
   float* d;         // Σ exp(ẑ − m)
   float* z_target;  // ẑ at the target (set by the chunk holding it)
   float* z_sum;     // Σ ẑ (label smoothing)
+  float* lse_lo;    // the final LSE's low part (ce.cu's Lse), for ce_grad after the last chunk; may be null
 };
 
 // One view of logits: rows [r0, r0+rows) × columns [v0, v0+cols) of the problem,
@@ -87,10 +88,12 @@ std::string ce_cluster_unsupported(const CeLaunch& l, DType t, int64_t seg, int 
 void ce_fold(const TileView& v, const LossParams& p, const RowState& s, bool first, bool last, bool grad,
              float* lse, float* token_loss, const CeLaunch& l, cudaStream_t st);
 
-// Overwrites the view with dZ given the final LSE. seg > 0 splits each row into
-// segments of seg columns, one block each (the ce family's split rows).
-void ce_grad(const TileView& v, const LossParams& p, const float* lse, const CeLaunch& l, cudaStream_t st,
-             int64_t seg = 0);
+// Overwrites the view with dZ given the final LSE: lse, and lse_lo where the
+// kernels that wrote it kept its low part (ce.cu's Lse; null: 0, L as rounded to
+// fp32). seg > 0 splits each row into segments of seg columns, one block each
+// (the ce family's split rows).
+void ce_grad(const TileView& v, const LossParams& p, const float* lse, const float* lse_lo, const CeLaunch& l,
+             cudaStream_t st, int64_t seg = 0);
 
 // A ce call that ends in its own kernels (ce_cluster, ce_spread and
 // ce_split_stats): besides its rows, the last block counts the targets into
@@ -110,13 +113,14 @@ struct OneLaunch {
 
 // The ce family's statistics: rows split into segments of seg columns (seg ≥
 // cols: whole rows), one block each, so that a few rows still fill the GPU.
-// Writes lse and token_loss; split rows merge their partials (`parts`,
+// Writes lse (and, where not null, lse_lo for ce_grad) and token_loss; split
+// rows merge their partials (`parts`,
 // [rows][splits] × 4 floats) in a fixed order (deterministic). The call ends
 // here too: `one` (on, with its counters) gets the target count, the first bad
 // target and the loss, as count_targets and reduce_loss would give them, in the
 // same launch up to kCeOneLaunchTokens rows, else in one or two more.
-void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* token_loss,
-                    const CeLaunch& l, cudaStream_t st, const OneLaunch& one);
+void ce_split_stats(const TileView& v, const LossParams& p, int64_t seg, float* parts, float* lse, float* lse_lo,
+                    float* token_loss, const CeLaunch& l, cudaStream_t st, const OneLaunch& one);
 
 // Each row read from device memory once (fused; kCeOneLaunchTokens rows or fewer
 // in one launch, model/config.hpp): a thread-block cluster of

@@ -113,7 +113,8 @@ struct Layout {
   // holds two chunks' rows, a chunk's references from its merge and then its a_i
   // from scaled_dz_rows: chunk k's dX is scaled in chunk k + 1's scaled_dz_rows
   // launch, after chunk k + 1's merge has written its own half.
-  size_t state, counters, tile, dx, dw, db, z_target, lse_part, row_scale, sumz_part, ce_parts, ws, ws_bytes, total;
+  size_t state, counters, tile, dx, dw, db, z_target, lse_part, row_scale, sumz_part, ce_parts, ce_lse_lo, ws, ws_bytes,
+      total;
   // fused: the merge blocks' slots for the call's end (sm90::CallEnd), and their count.
   size_t end_loss, end_count, end_bad;
   int64_t end_blocks = 0;
@@ -159,7 +160,7 @@ struct Layout {
       return at;
     };
     // The cuBLASLt path's chunks fold into it; the fused path's merge writes the LSE.
-    state = take(flce && !fused ? sizeof(float) * 4 * static_cast<size_t>(N) : 0);
+    state = take(flce && !fused ? sizeof(float) * 5 * static_cast<size_t>(N) : 0);
     counters = take(2 * sizeof(int64_t));
     // Fused forward stores no tile: the statistics come out of the GEMM's epilogue.
     tile = take(flce && (bwd || !fused) ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
@@ -172,6 +173,8 @@ struct Layout {
     row_scale = take(scaled_dz ? static_cast<size_t>(rc) * 2 * 4 : 0);
     sumz_part = take(fused && p.loss.label_smoothing > 0 ? parts * 4 : 0);
     ce_parts = take(!flce && ce_splits > 1 && !ce_cluster ? static_cast<size_t>(N) * ce_splits * 16 : 0);
+    // The split statistics' LSE low parts, for their gradient kernel (ce_grad).
+    ce_lse_lo = take(!flce && bwd && !ce_cluster && !ce_spread ? static_cast<size_t>(N) * 4 : 0);
     if (fused)
       for (const int64_t rows : chunk_rows) end_blocks += sm90::merge_blocks(rows);
     end_loss = take(static_cast<size_t>(end_blocks) * sizeof(float));
@@ -220,7 +223,7 @@ sm90::StatsParams stats_params(const LossParams& lp) {
 
 RowState row_state(char* base, const Layout& L) {
   float* s = reinterpret_cast<float*>(base + L.state);
-  return {s, s + L.N, s + 2 * L.N, s + 3 * L.N};
+  return {s, s + L.N, s + 2 * L.N, s + 3 * L.N, s + 4 * L.N};
 }
 
 // The three GEMMs of a [rows, cols] tile in cuBLASLt's column-major terms.
@@ -522,7 +525,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
           scaled_dz_rows(all, lp, a.lse, reinterpret_cast<const float*>(base + L.z_target), at(a.x, r0 * H, bytes), H,
                          at_mut(a.dx, r0 * H, bytes), row_scale_of(chunk_index), ref, prev, st);
         } else {
-          ce_grad(all, lp, a.lse, launch, st);
+          ce_grad(all, lp, a.lse, nullptr, launch, st);  // the merge (sm90 stats) keeps no low part
         }
         consume(r0, rows, 0, L.V);
       }
@@ -539,7 +542,9 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
       for (int64_t v0 = 0; v0 < L.V; v0 += L.vc) {  // pass 2: recompute each tile
         const int64_t cols = std::min(L.vc, L.V - v0);
         logits(r0, rows, v0, cols);
-        ce_grad(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, lp, a.lse, launch, st);
+        // The fused path's merge (sm90 stats) keeps no low part; the folds do.
+        ce_grad(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, lp, a.lse, L.fused ? nullptr : rs.lse_lo,
+                launch, st);
         consume(r0, rows, v0, cols);
       }
       if (L.dx_acc) convert_from_f32(dx_acc, at_mut(a.dx, r0 * H, bytes), p.dtype, rows * H, st);
@@ -565,9 +570,10 @@ void run_ce(Context& ctx, const Problem& p, const KernelConfig& c, const Args& a
   } else if (L.ce_cluster) {
     ce_cluster(all, lp, L.vc, a.lse, a.token_loss, run.launch, st, L.bwd, run.one);
   } else {
-    ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, a.token_loss, run.launch, st,
-                   run.one);
-    if (L.bwd) ce_grad(all, lp, a.lse, run.launch, st, L.vc);
+    float* lse_lo = L.bwd ? reinterpret_cast<float*>(run.base + L.ce_lse_lo) : nullptr;
+    ce_split_stats(all, lp, L.vc, reinterpret_cast<float*>(run.base + L.ce_parts), a.lse, lse_lo, a.token_loss,
+                   run.launch, st, run.one);
+    if (L.bwd) ce_grad(all, lp, a.lse, lse_lo, run.launch, st, L.vc);
   }
   if (!run.one.on) reduce_loss(a.token_loss, L.N, lp, a.loss, st);
 }

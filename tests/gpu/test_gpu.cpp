@@ -816,6 +816,60 @@ TEST_CASE("a saturated softcap's gradient on every ce path and the default, fp32
       }
 }
 
+TEST_CASE("a confident token's loss and gradient beyond the rounding of L, at large logits, on every ce path") {
+  // The target's logit is the row's max, 200–340; one other logit 12 below it
+  // and the rest 40 below: log d = e^−12 ≈ 6.1e-6, the loss, and the target's
+  // gradient c·(p − 1) as small. Formed from L rounded to fp32 (half an ulp is
+  // 7.6e-6 to 1.5e-5 there; L rounds to the max) both were off by all of that.
+  // From L as hi + lo (ce.cu's Lse), as PyTorch's log-softmax keeps m and log d
+  // apart, what is left is d's fp32 sum near 1 (a few 1e-8 here, one term).
+  // Logits are even integers, exact in bf16. z-loss adds λL² = 4–12 to the loss
+  // (its fp32 rounding up to 5e-7) and 2λL = 0.04–0.07 to the target's gradient
+  // (bf16's rounding of it up to 1.3e-4).
+  std::vector<KernelConfig> configs;
+  for (const CePath& path : kCePaths) configs.push_back(ce_path_config(path));
+  for (DType dt : {DType::fp32, DType::bf16})
+    for (double z_loss : {0.0, 1e-4}) {
+      Problem p;
+      p.family = Family::ce, p.tokens = 8, p.hidden = 0, p.vocab = 5000, p.dtype = dt;
+      p.loss.reduction = Reduction::sum, p.loss.z_loss = z_loss;
+      HostCase in = make_case(p, CaseSpec{.seed = next_seed(), .ignore_fraction = 0.0});
+      for (int64_t i = 0; i < p.tokens; ++i) {
+        const float top = 200.0f + 20.0f * static_cast<float>(i);
+        const int64_t y = (i * 617) % p.vocab, near = (y + 1 + i * 389) % p.vocab;
+        in.targets[static_cast<size_t>(i)] = y;
+        for (int64_t j = 0; j < p.vocab; ++j)
+          in.logits[static_cast<size_t>(i * p.vocab + j)] = j == y ? top : j == near ? top - 12.0f : top - 40.0f;
+      }
+      in.n_valid = p.tokens;
+      const RefOutputs ref = reference::run(p, in);
+      double l_rounding = 1;  // what L rounded to fp32 alone puts into a row's loss, least over the rows
+      for (int64_t i = 0; i < p.tokens; ++i) {
+        const double L = ref.lse[static_cast<size_t>(i)];
+        l_rounding = std::min(l_rounding, std::fabs(static_cast<double>(static_cast<float>(L)) - L));
+      }
+      REQUIRE(l_rounding > 5e-6);
+      std::vector<KernelConfig> cs = configs;
+      cs.push_back(default_config(p));
+      for (const KernelConfig& c : cs) {
+        if (!gpu()->supports(p, c)) continue;
+        CAPTURE(to_string(dt));
+        CAPTURE(z_loss);
+        CAPTURE(to_string(c));
+        const HostOutputs out = gpu()->run(p, c, in);
+        double loss_err = 0, grad_err = 0;
+        for (int64_t i = 0; i < p.tokens; ++i) {
+          const size_t t = static_cast<size_t>(i), y = static_cast<size_t>(i * p.vocab + in.targets[t]);
+          loss_err = std::max(loss_err, std::fabs(out.token_loss[t] - ref.token_loss[t]));
+          const double slack = dt == DType::bf16 ? std::ldexp(std::fabs(ref.grad_logits[y]), -8) : 0.0;
+          grad_err = std::max(grad_err, std::fabs(out.grad_logits[y] - ref.grad_logits[y]) - slack);
+        }
+        CHECK(loss_err <= (z_loss > 0 ? 1.5e-6 : 2e-7));
+        CHECK(grad_err <= 4e-7);  // p near 1 from one exp2 of −lo: a few ulps of 1
+      }
+    }
+}
+
 TEST_CASE("unsupported configs and shapes are refused with a clear message") {
   Problem p;
   p.family = Family::flce, p.tokens = 8, p.hidden = 20, p.vocab = 100, p.dtype = DType::bf16;  // H % 8 != 0

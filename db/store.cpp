@@ -464,31 +464,34 @@ void Store::migrate() {
   });
 }
 
-// A writer first asks SQLite whether the file's pages are sound. Rows written
-// into a damaged B-tree were committed and reported stored, and then export and
-// merge refused the file, so the user could not get them out (a copy short by
-// its last 256 bytes took a tune's rows and an import, exit 0; the forty-fourth
-// session's CLI probe). quick_check reads every page once, without
-// integrity_check's index cross-checks: milliseconds for a tuned database.
-// Readers skip it: the runtime's lookup of a damaged file already warns and falls
-// back to the defaults at the first row it cannot read.
+// A writer first asks SQLite whether the file is sound. Rows written into a
+// damaged B-tree were committed and reported stored, and then export and merge
+// refused the file, so the user could not get them out (a copy short by its last
+// 256 bytes took a tune's rows and an import, exit 0; the forty-fourth session's
+// CLI probe). integrity_check, not quick_check: quick_check reads every page but
+// does not compare the indexes with their tables, and an index missing rows
+// (eight bytes flipped in a tuned database, the fifty-third session's probe)
+// passed it; the UNIQUE constraints then missed those rows and an import stored
+// seven of them twice, exit 0. The full check takes milliseconds for a tuned
+// database. Readers skip it: the runtime's lookup of a damaged file already warns
+// and falls back to the defaults at the first row it cannot read.
 namespace {
-// Fails unless quick_check finds nothing, its first finding on one line, then `then`.
-void require_quick_check(sqlite3* db, const std::string& path, const char* then) {
-  Stmt s(db, path, "PRAGMA quick_check(1)");
+// Fails unless integrity_check finds nothing, its first finding on one line, then `then`.
+void require_integrity(sqlite3* db, const std::string& path, const char* then) {
+  Stmt s(db, path, "PRAGMA integrity_check(1)");
   std::string first = s.step() ? s.text(0) : std::string("no answer");
   std::replace(first.begin(), first.end(), '\n', ' ');  // "*** in database main ***\nOn tree page …"
-  if (first != "ok") fail_env("database " + path + " is damaged (SQLite's quick_check: " + first + "); " + then);
+  if (first != "ok") fail_env("database " + path + " is damaged (SQLite's integrity_check: " + first + "); " + then);
 }
 }  // namespace
 
 void Store::check_structure() const {
-  require_quick_check(db_, path_,
-                      "nothing was written to it. Restore it from a copy or an export, or tune into a new file");
+  require_integrity(db_, path_,
+                    "nothing was written to it. Restore it from a copy or an export, or tune into a new file");
 }
 
 void Store::check_sound() const {
-  require_quick_check(db_, path_, "its rows may be incomplete. Restore it from a copy or an export");
+  require_integrity(db_, path_, "its rows may be incomplete. Restore it from a copy or an export");
 }
 
 void Store::write(const std::function<void()>& fn) {

@@ -39,8 +39,8 @@ class Store {
 
   const std::string& path() const { return path_; }
 
-  // Fails (exit 3) unless SQLite's quick_check finds every page sound. The
-  // CLI's readers ask before they list, export, merge, report or validate a
+  // Fails (exit 3) unless SQLite's integrity_check finds every page and every
+  // index sound. The CLI's readers ask before they list, export, merge, report or validate a
   // file's rows, or take it as a prior: a copy short by its last 100 bytes (an
   // index then missing a row) did all of those with exit 0 and no word, where
   // writers refused it. The runtime does not ask: its lookup warns and falls
@@ -91,8 +91,8 @@ class Store {
   // Error(environment) when a row refers to a missing device, problem or config
   // row (the readers' joins would drop it without a word); once per Store.
   void check_references() const;
-  // Error(environment) unless SQLite's quick_check finds the file sound; run
-  // once when a writer opens an existing database.
+  // Error(environment) unless SQLite's integrity_check finds the file sound;
+  // run once when a writer opens an existing database.
   void check_structure() const;
 
   std::string path_;

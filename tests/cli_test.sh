@@ -1329,7 +1329,7 @@ contains err "nested deeper than" "the nesting is named"
 expect 2 "a --config nested 60 000 deep" -- "$celtune" lookup --device cpu --shape 8,16,50 --config "$deep_cfg"
 expect 2 "CELTUNE_CONFIG nested 60 000 deep" -- env CELTUNE_CONFIG="$deep_cfg" "$celtune" lookup --device cpu --shape 8,16,50
 # A --db whose damage showed only when its rows were read: exit 3, as at open
-# (since the readers' quick_check, at open).
+# (since the readers' integrity_check, at open).
 cp "$tmp/a.sqlite" "$tmp/pages.sqlite"
 python3 -c "
 import sys; b=bytearray(open(sys.argv[1],'rb').read()); b[4096:]=bytes(len(b)-4096); open(sys.argv[1],'wb').write(b)" "$tmp/pages.sqlite"

@@ -101,6 +101,26 @@ int edit_raw(const std::string& path, const char* sql) {
   return rc;
 }
 
+// A writer's open of `path` refuses it (environment, the message naming `what`)
+// and leaves every byte of the file as it was.
+void check_write_refused(const std::string& path, const char* what) {
+  REQUIRE_FALSE(fs::exists(path + "-wal"));  // the last connection folded the log into the file
+  auto bytes = [&] {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string before = bytes();
+  try {
+    db::Store s(path, db::Access::read_write);
+    s.put_best(best(fictional(), 4096, 0.5, 256));
+    FAIL("a damaged database took a write");
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::environment);
+    CHECK(std::string(e.what()).find(what) != std::string::npos);
+  }
+  CHECK(bytes() == before);
+}
+
 }  // namespace
 
 TEST_CASE("store: write, read back, and export → import → export is lossless") {
@@ -492,20 +512,38 @@ TEST_CASE("store: a writer refuses a database whose pages are damaged, and leave
   }
   REQUIRE_FALSE(fs::exists(path + "-wal"));  // the last connection folded the log into the file
   fs::resize_file(path, fs::file_size(path) - 256);
-  auto bytes = [&] {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  const std::string before = bytes();
-  try {
+  check_write_refused(path, "integrity_check");
+}
+
+TEST_CASE("store: an index that disagrees with its table is damage, for writers and readers alike") {
+  // The fifty-third session's probe: eight bytes flipped in a tuned database
+  // left an index missing rows, which quick_check (pages only) passed; an
+  // import then stored seven rows twice, exit 0. Here the index's declared
+  // columns are edited behind SQLite's back, so its entries no longer match the
+  // rows, which only integrity_check's index cross-check sees.
+  TempDir t;
+  const std::string path = t.file("index.sqlite");
+  {
     db::Store s(path, db::Access::read_write);
-    s.put_best(best(fictional(), 4096, 0.5, 256));
-    FAIL("a damaged database took a write");
-  } catch (const Error& e) {
-    CHECK(e.status() == Status::environment);
-    CHECK(std::string(e.what()).find("quick_check") != std::string::npos);
+    for (int n = 1; n < 40; ++n) s.put_best(best(fictional(), n, 1.0, 256));
   }
-  CHECK(bytes() == before);
+  REQUIRE(edit_raw(path,
+                   "PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
+                   "'CREATE INDEX problems_shape ON problems (mode, dtype, vocab, hidden, family)' "
+                   "WHERE name = 'problems_shape'; PRAGMA writable_schema = OFF;") == SQLITE_OK);
+  {
+    sqlite3* raw = nullptr;  // quick_check, which the store once asked, finds nothing wrong
+    REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(raw, "PRAGMA quick_check", -1, &st, nullptr) == SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    CHECK(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))) == "ok");
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+  }
+  check_write_refused(path, "problems_shape");
+  db::Store r(path, db::Access::read_only);
+  CHECK_THROWS_WITH_AS(r.check_sound(), doctest::Contains("integrity_check"), Error);
 }
 
 TEST_CASE("store: a problem row whose shape columns disagree with its key is damage, for list and lookup alike") {

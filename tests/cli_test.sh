@@ -1294,6 +1294,15 @@ expect 0 "import on a fresh account" -- env -u CELTUNE_DB -u XDG_DATA_HOME HOME=
 expect 3 "import into a missing folder" -- "$celtune" db --db "$tmp/nodir/x.sqlite" import "$tmp/in.jsonl"
 contains err "does not exist" "the missing folder is named"
 expect 3 "merge into a missing folder" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/nodir/m.sqlite"
+expect 3 "export into a missing folder" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/nodir/x.jsonl"
+contains err "its folder $tmp/nodir does not exist" "export names the missing folder"
+# A database given where JSON lines belong read as "a NUL byte in JSON text".
+"$celtune" db --db "$tmp/a.sqlite" export >"$tmp/a_before.jsonl"
+expect 2 "import of an SQLite database" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/b.sqlite"
+contains err "is an SQLite database, not JSON lines" "the refusal says what the input is"
+contains err "db merge" "and names the command that takes it"
+"$celtune" db --db "$tmp/a.sqlite" export | cmp -s - "$tmp/a_before.jsonl" && passes=$((passes + 1)) \
+  || { fails=$((fails + 1)); echo "FAIL: a refused import changed the database's rows"; }
 # Damage the readers used to pass on: an int column past its range (sm_count
 # 4294967297 read as 1) and rows whose device was deleted (dropped by the joins).
 cp "$tmp/a.sqlite" "$tmp/sm.sqlite"

@@ -42,6 +42,19 @@ void require_database(const std::string& path) {
   if (!there) fail_env("database " + path + " does not exist");
 }
 
+namespace {
+// Whether path is a regular file that starts with SQLite's header. Read only
+// where it is a regular file: opening a FIFO waits for a writer.
+bool is_sqlite_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec))) return false;
+  std::ifstream f(path, std::ios::binary);
+  char head[16] = {};
+  f.read(head, sizeof head);
+  return f.gcount() == sizeof head && std::string_view(head, sizeof head) == std::string_view("SQLite format 3\0", 16);
+}
+}  // namespace
+
 void require_db_folder(const std::string& path) {
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
@@ -200,14 +213,9 @@ int do_export(const DbArgs& a) {
   // other way round or mistyped, replaced b's every row with JSON text.
   // (Read only where OUT is a regular file: opening a FIFO waits for a writer;
   // write_file_atomic refuses the rest.)
-  if (std::filesystem::is_regular_file(std::filesystem::symlink_status(a.out, ec))) {
-    std::ifstream out(a.out, std::ios::binary);
-    char head[16] = {};
-    out.read(head, sizeof head);
-    if (out.gcount() == sizeof head && std::string_view(head, sizeof head) == std::string_view("SQLite format 3\0", 16))
-      fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
-                 "another output");
-  }
+  if (is_sqlite_file(a.out))
+    fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
+               "another output");
   std::vector<std::string> replaced;
   write_file_atomic(a.out, [&](std::ostream& f) { replaced = db::export_jsonl(s, f); });
   warn_replaced(replaced);
@@ -291,6 +299,11 @@ int do_import(const DbArgs& a) {
   std::error_code ec;
   if (!from_stdin && std::filesystem::is_directory(a.input, ec))
     fail_env("cannot import " + a.input + ": it is a directory");
+  // A database where JSON lines belong read as "line 1: a NUL byte in JSON text".
+  if (!from_stdin && is_sqlite_file(a.input))
+    fail_usage("cannot import " + a.input + ": it is an SQLite database, not JSON lines; fold its rows in with "
+               "`celtune db merge " + a.input + " YOURS.sqlite -o MERGED.sqlite`, or export them first with "
+               "`celtune db --db " + a.input + " export -o ROWS.jsonl`");
   std::ifstream file;
   if (!from_stdin) {
     file.open(a.input);

@@ -1,6 +1,7 @@
 #include "output.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -178,10 +179,29 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
   struct stat old {};
   const mode_t mode = exists && ::stat(path.c_str(), &old) == 0 ? old.st_mode & 07777 : new_file_mode();
   std::string tmp = temp_template(path, 0);
+  // The temporary exists from mkstemp on, and the handler removes it only once
+  // it is tracked (and the first tracking installs the handler): the cleanup
+  // signals wait, blocked, until it is. The cli test's interrupted exports left
+  // an OUT.XXXXXX in one of three runs of the fifty-third session; this is the
+  // one window found where a signal could leave one.
+  sigset_t cleanup, before;
+  ::sigemptyset(&cleanup);
+  for (const int sig : kCleanupSignals) ::sigaddset(&cleanup, sig);
+  ::pthread_sigmask(SIG_BLOCK, &cleanup, &before);
   const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
-  ::close(fd);
-  track_staged(tmp);
+  const int err = errno;
+  if (fd >= 0) {
+    ::close(fd);
+    track_staged(tmp);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (fd < 0) {
+    const auto parent = std::filesystem::path(path).parent_path();
+    std::error_code dir_ec;
+    if (err == ENOENT && !parent.empty() && !std::filesystem::exists(parent, dir_ec))
+      fail_env("cannot write " + path + ": its folder " + parent.string() + " does not exist");
+    fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(err));
+  }
   try {
     {
       std::ofstream f(tmp, std::ios::trunc);

@@ -40,11 +40,11 @@ class Store {
   const std::string& path() const { return path_; }
 
   // Fails (exit 3) unless SQLite's integrity_check finds every page and every
-  // index sound. The CLI's readers ask before they list, export, merge, report or validate a
-  // file's rows, or take it as a prior: a copy short by its last 100 bytes (an
-  // index then missing a row) did all of those with exit 0 and no word, where
-  // writers refused it. The runtime does not ask: its lookup warns and falls
-  // back at the first row it cannot read.
+  // index sound. The CLI's readers ask before they list, export, merge, report
+  // or validate a file's rows, or take it as a prior: a copy short by its last
+  // 100 bytes (an index then missing a row) did all of those with exit 0 and no
+  // word, where writers refused it. The runtime does not ask: its lookup warns
+  // and falls back at the first row it cannot read.
   void check_sound() const;
 
   // Runs fn inside one write transaction (retried as a whole on contention).

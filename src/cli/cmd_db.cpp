@@ -211,8 +211,7 @@ int do_export(const DbArgs& a) {
     fail_usage("refusing to write the export over a journal file of the database it reads (" + a.out + ")");
   // Nor over another database: `db export --db a.sqlite -o b.sqlite`, meant the
   // other way round or mistyped, replaced b's every row with JSON text.
-  // (Read only where OUT is a regular file: opening a FIFO waits for a writer;
-  // write_file_atomic refuses the rest.)
+  // (is_sqlite_file reads only a regular file; write_file_atomic refuses the rest.)
   if (is_sqlite_file(a.out))
     fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
                "another output");

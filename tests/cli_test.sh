@@ -819,7 +819,13 @@ if [ -w /dev/full ]; then
              "lookup --device cpu --shape 48,16,700 --db $tmp/t.sqlite" "validate --device cpu --shape 4,8,100 --json"; do
     # shellcheck disable=SC2086
     expect 3 "$cmd > /dev/full" -- bash -c "\"\$0\" $cmd >/dev/full" "$celtune"
+    # The reason too, when the write that failed was an earlier buffer's, not
+    # the last flush's (an export of the shipped rows, below, said none).
+    contains err "error writing standard output: No space left on device" "$cmd > /dev/full says why"
   done
+  expect 0 "import the shipped H200 rows" -- "$celtune" db --db "$tmp/shipped.sqlite" import "$(dirname "$0")/../db/tuned/nvidia-h200.jsonl"
+  expect 3 "a 580 KB export > /dev/full" -- bash -c '"$0" db --db "$1" export >/dev/full' "$celtune" "$tmp/shipped.sqlite"
+  contains err "error writing standard output: No space left on device" "a long export to /dev/full says why"
   # A write whose summary cannot be written is not done: a new merge OUT does not
   # appear, an existing one and an import's database stay as they were (a merge
   # once exited 3 and left OUT merged).

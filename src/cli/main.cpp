@@ -5,8 +5,6 @@
 // error (no such device, CUDA error, unusable or locked database, output that
 // could not be written).
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -69,6 +67,7 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
 
 int main(int argc, char** argv) {
   using namespace celtune;
+  cli::install_stdout();
   CLI::App app{
       "celtune: fused cross-entropy kernels (ce, flce), validated against fp64 and cuBLAS references,\n"
       "tuned per GPU and problem shape, stored in SQLite and looked up at run time."};
@@ -93,10 +92,9 @@ int main(int argc, char** argv) {
   // Help and version text go to standard output like any result: a write that
   // failed is an environment error there too.
   auto printed = [](int rc) {
-    errno = 0;
-    if (std::cout.flush()) return rc;
-    std::cerr << "celtune: error writing standard output" << (errno ? std::string(": ") + std::strerror(errno) : "")
-              << '\n';
+    const std::string why = cli::stdout_error();
+    if (why.empty()) return rc;
+    std::cerr << "celtune: " << why << '\n';
     return static_cast<int>(Status::environment);
   };
   auto refused = [](const std::string& why) {

@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <ostream>
+#include <streambuf>
 
 #include "model/error.hpp"
 
@@ -77,10 +77,73 @@ std::string counted(size_t n, const std::string& one, const std::string& many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-void flush_stdout() {
+namespace {
+// An output stream buffer over a file descriptor that keeps the errno of the
+// first write(2) that failed. Over stdio or a filebuf the reason is gone by the
+// time a check sees the stream bad: a 40 KB export to /dev/full said only
+// "error writing standard output", the write that failed having been an
+// earlier buffer's, not the final flush's.
+class FdBuf : public std::streambuf {
+ public:
+  explicit FdBuf(int fd) : fd_(fd) { setp(buf_, buf_ + sizeof buf_); }
+  int error() const { return error_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!drain()) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override { return drain() ? 0 : -1; }
+
+ private:
+  bool drain() {
+    const char* p = pbase();
+    while (p < pptr()) {
+      const ssize_t n = ::write(fd_, p, static_cast<size_t>(pptr() - p));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (!error_) error_ = n < 0 ? errno : EIO;
+        setp(buf_, buf_ + sizeof buf_);  // what did not go is dropped; the stream is bad from here on
+        return false;
+      }
+      p += n;
+    }
+    setp(buf_, buf_ + sizeof buf_);
+    return error_ == 0;
+  }
+
+  int fd_;
+  int error_ = 0;
+  char buf_[1 << 16];
+};
+
+// Standard output's buffer, once install_stdout() has run; never freed, as
+// std::cout may flush into it during exit.
+FdBuf* g_stdout = nullptr;
+
+std::string write_error(int err) { return err ? std::string(": ") + std::strerror(err) : ""; }
+}  // namespace
+
+void install_stdout() {
+  if (g_stdout) return;
+  g_stdout = new FdBuf(STDOUT_FILENO);
+  std::cout.rdbuf(g_stdout);
+  // A terminal sees each line as it comes, as it did through stdio.
+  if (::isatty(STDOUT_FILENO)) std::cout.setf(std::ios::unitbuf);
+}
+
+std::string stdout_error() {
   errno = 0;
-  if (!std::cout.flush())
-    fail_env(std::string("error writing standard output") + (errno ? std::string(": ") + std::strerror(errno) : ""));
+  if (std::cout.flush()) return "";
+  return "error writing standard output" + write_error(g_stdout && g_stdout->error() ? g_stdout->error() : errno);
+}
+
+void flush_stdout() {
+  if (const std::string why = stdout_error(); !why.empty()) fail_env(why);
 }
 
 mode_t new_file_mode() {
@@ -190,10 +253,7 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
   ::pthread_sigmask(SIG_BLOCK, &cleanup, &before);
   const int fd = ::mkstemp(tmp.data());
   const int err = errno;
-  if (fd >= 0) {
-    ::close(fd);
-    track_staged(tmp);
-  }
+  if (fd >= 0) track_staged(tmp);
   ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (fd < 0) {
     const auto parent = std::filesystem::path(path).parent_path();
@@ -202,23 +262,24 @@ std::string stage_file(const std::string& path, const std::function<void(std::os
       fail_env("cannot write " + path + ": its folder " + parent.string() + " does not exist");
     fail_env("cannot create a temporary file beside " + path + ": " + std::strerror(err));
   }
+  bool fd_open = true;
   try {
     {
-      std::ofstream f(tmp, std::ios::trunc);
-      if (!f.is_open()) fail_env("cannot open " + tmp + ": " + std::strerror(errno));
+      // Written through mkstemp's own descriptor, which is why the mode can
+      // come after: the old file's 0444 set on a name reopened for writing failed.
+      FdBuf buf(fd);
+      std::ostream f(&buf);
       body(f);
-      f.close();
-      if (!f) fail_env("error writing " + tmp + " (disk full?); " + path + " is unchanged");
+      if (!f.flush())
+        fail_env("error writing " + tmp + write_error(buf.error()) + "; " + path + " is unchanged");
     }
-    // The mode last: the old file's 0444 set first made the reopen above fail
-    // (EACCES), reported as a write error.
-    if (::chmod(tmp.c_str(), mode) != 0) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(errno));
+    if (::fchmod(fd, mode) != 0) fail_env("cannot set the mode of " + tmp + ": " + std::strerror(errno));
     // On disk before the rename, so a crash leaves the old file or the whole new one.
-    const int sync_fd = ::open(tmp.c_str(), O_RDONLY);
-    const bool synced = sync_fd >= 0 && ::fsync(sync_fd) == 0;
-    if (sync_fd >= 0) ::close(sync_fd);
-    if (!synced) fail_env("cannot flush " + tmp + " to disk: " + std::strerror(errno));
+    if (::fsync(fd) != 0) fail_env("cannot flush " + tmp + " to disk: " + std::strerror(errno));
+    fd_open = false;
+    if (::close(fd) != 0) fail_env("error writing " + tmp + ": " + std::strerror(errno));
   } catch (...) {
+    if (fd_open) ::close(fd);
     discard_staged(tmp);
     throw;
   }

@@ -70,8 +70,13 @@ void remove_staged_files() noexcept;
 // "1 problem", "3 problems": a count with its noun, singular for one.
 std::string counted(size_t n, const std::string& one, const std::string& many);
 
-// Flushes standard output; Error(environment) when what was written did not
-// arrive (a full disk, a closed pipe). main() calls it after every command; a
+// Points std::cout at a buffer over descriptor 1 that keeps the first failed
+// write's errno, so the errors below can say why; main() calls it first.
+void install_stdout();
+// Flushes standard output: "" when all that was written arrived, else the
+// message saying it did not, and why (a full disk, a closed pipe).
+std::string stdout_error();
+// The same as Error(environment). main() calls it after every command; a
 // command whose output must arrive before it commits calls it then too.
 void flush_stdout();
 

@@ -819,14 +819,20 @@ std::string broken_rule(const Problem& p, const KernelConfig& c) {
   return "";
 }
 
-std::string broken_record(const BestEntry& b) {
+namespace {
+template <typename Row>
+std::string broken(const Row& row) {
   try {
-    check_record(b);
+    check_record(row);
   } catch (const Error& e) {
     return e.what();
   }
   return "";
 }
+}  // namespace
+
+std::string broken_record(const BestEntry& b) { return broken(b); }
+std::string broken_record(const Measurement& m) { return broken(m); }
 
 std::string broken_best_note(const std::string& path, const BestEntry& b) {
   const std::string rule = broken_record(b);

@@ -116,6 +116,10 @@ std::string broken_rule(const Problem& p, const KernelConfig& c);
 // that is not positive: a median of −1 ms), or "": import never stores such a
 // row, so one found was edited by hand or damaged, and the runtime skips it.
 std::string broken_record(const BestEntry& b);
+// The same for a measurement row (a status that is neither ok nor failed, a
+// missing median): list counts such rows, report leaves them out of its plots,
+// and export and merge refuse the database that holds one.
+std::string broken_record(const Measurement& m);
 // "database PATH: the best config stored for DEVICE PROBLEM breaks a rule (RULE)"
 // when b breaks one, else "": how list, report and tune name such a row.
 std::string broken_best_note(const std::string& path, const BestEntry& b);

@@ -315,6 +315,27 @@ for mode in fwd fwdbwd; do
 done
 grep -q "skipped .*the stored row is damaged" "$tmp/lookups" && passes=$((passes + 1)) \
   || { fails=$((fails + 1)); echo "FAIL: lookup used a row with a damaged time"; cat "$tmp/lookups"; }
+# Damaged measurement rows (a missing median, one of −1 ms): list and report
+# said nothing, exit 0, while export and merge refused the file. (A status
+# neither ok nor failed breaks the schema's CHECK, which integrity_check finds.)
+cp "$tmp/t.sqlite" "$tmp/badmeas.sqlite"
+python3 - "$tmp/badmeas.sqlite" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+ids = [r[0] for r in c.execute("SELECT rowid FROM measurements WHERE status = 'ok' ORDER BY rowid LIMIT 2")]
+assert len(ids) == 2, ids
+c.execute("UPDATE measurements SET median_ms = -1 WHERE rowid = ?", (ids[0],))
+c.execute("UPDATE measurements SET median_ms = NULL WHERE rowid = ?", (ids[1],))
+c.commit()
+PY
+expect 0 "db list with damaged measurement rows" -- "$celtune" db --db "$tmp/badmeas.sqlite" list
+contains err "times must be positive" "list names the first damaged measurement and its rule"
+contains err "2 damaged measurement rows in all" "list counts them"
+contains out "(2 damaged)" "list's summary counts them"
+expect 0 "report with damaged measurement rows" -- "$celtune" report --db "$tmp/badmeas.sqlite" -o "$tmp/badmeas-rep"
+contains err "2 measurement rows are damaged, left out of the v_chunk plots" "report leaves them out and says so"
+expect 3 "export with damaged measurement rows" -- "$celtune" db --db "$tmp/badmeas.sqlite" export
+contains err "damaged measurement row" "export names the damaged row"
 cp "$tmp/badcfg.sqlite" "$tmp/badtune.sqlite"
 expect 0 "tune over a stored config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
   --db "$tmp/badtune.sqlite" --min-runs 3 --max-runs 3 --json

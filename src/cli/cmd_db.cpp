@@ -159,6 +159,19 @@ int do_list(const DbArgs& a) {
     ++broken;
     write_warning(std::cerr, db::broken_best_note(s.path(), b) + "; the runtime skips it");
   }
+  // Damaged measurement rows are not listed, but they are why export and merge
+  // refuse the database: list said nothing of one, exit 0, where export then
+  // failed. Counted, and the first named.
+  const auto meas = s.measurements();
+  size_t damaged = 0;
+  for (const auto& m : meas) {
+    const std::string rule = db::broken_record(m);
+    if (rule.empty() || damaged++) continue;
+    write_warning(std::cerr, "database " + s.path() + ": the measurement row for " + m.device.name + " " +
+                                 m.problem.key() + " (" + to_string(m.config) + ") is damaged (" + rule +
+                                 "); export and merge refuse the database while it holds one");
+  }
+  if (damaged > 1) write_warning(std::cerr, std::to_string(damaged) + " damaged measurement rows in all");
   if (a.json) {
     nlohmann::json rows = best;
     for (size_t i = 0; i < best.size(); ++i)
@@ -176,8 +189,9 @@ int do_list(const DbArgs& a) {
   t.print(std::cout);
   std::cout << counted(best.size(), "best config", "best configs");
   if (broken) std::cout << " (" << broken << " INVALID: a row the rules refuse, which the runtime skips)";
-  std::cout << ", " << counted(s.measurements().size(), "measurement", "measurements") << " in "
-            << printable_message(s.path()) << '\n';
+  std::cout << ", " << counted(meas.size(), "measurement", "measurements");
+  if (damaged) std::cout << " (" << damaged << " damaged)";
+  std::cout << " in " << printable_message(s.path()) << '\n';
   return 0;
 }
 

@@ -66,17 +66,20 @@ Action register_report(CLI::App& app) {
     // Time against v_chunk: per (device, problem), min over the other parameters.
     std::map<std::pair<std::string, std::string>, std::map<int, std::map<int64_t, double>>> grid;
     std::map<std::pair<std::string, std::string>, Problem> problems;
-    // A config the rules refuse (damage: import never stores one) is not plotted
-    // as a point of the search, and a best entry holding one is marked.
+    // A row the rules refuse (damage: import never stores one; a config they
+    // refuse, a status neither ok nor failed, a missing median, once plotted at
+    // 0 ms) is not plotted as a point of the search, and a best entry holding
+    // one is marked.
     size_t broken_points = 0;
     std::string first_broken;
     for (const auto& m : meas) {
-      if (m.status != "ok" || (!a->problem.empty() && m.problem.key() != a->problem)) continue;
+      if (!a->problem.empty() && m.problem.key() != a->problem) continue;
       if (!a->device.empty() && m.device.name != a->device) continue;
-      if (const std::string rule = db::broken_rule(m.problem, m.config); !rule.empty()) {
+      if (const std::string rule = db::broken_record(m); !rule.empty()) {
         if (!broken_points++) first_broken = m.problem.key() + " (" + to_string(m.config) + "): " + rule;
         continue;
       }
+      if (m.status != "ok") continue;
       const auto key = std::make_pair(m.device.name, m.problem.key());
       problems[key] = m.problem;
       double& t = grid[key][m.config.block_size].try_emplace(m.config.v_chunk_for(m.problem), INFINITY).first->second;
@@ -88,7 +91,7 @@ Action register_report(CLI::App& app) {
     }
     if (broken_points)
       write_warning(std::cerr, "database " + path + ": " + std::to_string(broken_points) +
-                                   " measurements hold a config that breaks a rule, left out of the v_chunk plots (the "
+                                   " measurement rows are damaged, left out of the v_chunk plots (the "
                                    "first: " + first_broken + ")");
     // Every plot is drawn before anything is written (see the summary below).
     std::vector<std::pair<std::filesystem::path, std::string>> plots;

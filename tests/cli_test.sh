@@ -52,6 +52,11 @@ contains err "unknown option '--frobnicate'" "the flag is named, not 'A subcomma
 expect 2 "unknown flag of db before its verb" -- "$celtune" db --frobnicate
 contains err "unknown option '--frobnicate' for db" "the flag and its command are named"
 expect 2 "unknown subcommand" -- "$celtune" frobnicate
+# An unexpected argument is quoted: an empty one was named as nothing at all.
+expect 2 "an empty argument" -- "$celtune" lookup ''
+contains err "celtune: unexpected argument ''" "the empty argument is shown quoted"
+expect 2 "two unexpected arguments" -- "$celtune" devices a 'b c'
+contains err "unexpected arguments 'a' 'b c'" "each argument is quoted"
 expect 2 "db without a verb" -- "$celtune" db
 contains err "celtune: db needs a command: list, export, import, merge" "the verbs are listed"
 # --help after a word that is no command printed the level above's help, exit 0.

@@ -77,7 +77,17 @@ int main(int argc, char** argv) {
   // Messages echo what they were given: printed escaped (error.hpp), here and below;
   // and like every other error of ours they start "celtune: ".
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    return "celtune: " + printable_message(CLI::FailureMessage::simple(a, e));
+    std::string text = CLI::FailureMessage::simple(a, e);
+    // CLI11 lists unexpected arguments bare: `lookup ''` read "The following
+    // argument was not expected: " and named nothing. Each is quoted here.
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      const auto extras = a->remaining(true);
+      std::string quoted;
+      for (const auto& x : extras) quoted += (quoted.empty() ? "'" : " '") + x + "'";
+      text = std::string(extras.size() == 1 ? "unexpected argument " : "unexpected arguments ") + quoted +
+             text.substr(text.find('\n'));
+    }
+    return "celtune: " + printable_message(text);
   });
 
   std::map<CLI::App*, cli::Action> actions;

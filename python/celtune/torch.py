@@ -649,6 +649,29 @@ def _target_rows(target: Tensor, lead, rows: int, what: str) -> Tensor:
     return target.reshape(-1)
 
 
+# The library's size rule (src/model/problem.hpp, kMaxTensorBytes): each tensor a
+# problem implies, counted as fp32, within 2^48 bytes.
+_MAX_TENSOR_ELEMENTS = 2**46
+
+
+def _flatten(t: Tensor, cols: int, what: str) -> Tensor:
+    """t as [rows, cols]: a view where its strides allow one, else a copy. A copy
+    is asked for only within the library's size rule: reshape of a transposed,
+    expanded [2^44, 2, 8] input asked the allocator for 1 PB and raised its
+    RuntimeError, before any check of ours had run (_check_before_copy catches
+    the views that flatten without a copy). Within the rule, memory that is not
+    there is the allocator's to refuse, as for any tensor."""
+    try:
+        return t.view(-1, cols)
+    except RuntimeError:
+        pass
+    rows = t.numel() // cols
+    if rows * cols > _MAX_TENSOR_ELEMENTS:
+        raise CeltuneInvalidArgument(f"celtune: problem too large: {what} = {rows} x {cols} elements exceeds the "
+                                     f"limit of 2^46 elements (2^48 bytes in fp32) per tensor")
+    return t.reshape(-1, cols)
+
+
 def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor]):
     """linear_cross_entropy's (and explain's) checks: [N, H] input, weight and bias
     as the kernels take them (cast as F.linear casts under autocast), flat targets."""
@@ -664,7 +687,7 @@ def _prepare_flce(input: Tensor, weight: Tensor, target: Tensor, bias: Optional[
                                      f"{tuple(weight.shape)}), got input {tuple(input.shape)}")
     if bias is not None and (bias.dim() != 1 or bias.shape[0] != V):
         raise CeltuneInvalidArgument(f"celtune: bias must be [V] = [{V}], got {tuple(bias.shape)}")
-    x = input.reshape(-1, H)
+    x = _flatten(input, H, "N x H (inputs)")
     flat = _target_rows(target, input.shape[:-1], x.shape[0], f"input has {x.shape[0]} tokens")
     _same_device(("input", input), ("weight", weight), ("target", target), ("bias", bias))
     _device_index(x.device)  # a meta tensor failed in torch.autocast with a bare RuntimeError
@@ -688,7 +711,7 @@ def _prepare_ce(input: Tensor, target: Tensor):
         raise CeltuneInvalidArgument(f"celtune: logits must have a class dimension (the last) of at least 1, "
                                      f"got shape {tuple(input.shape)}")
     V = input.shape[-1]
-    z = input.reshape(-1, V)
+    z = _flatten(input, V, "N x V (logits)")
     flat = _target_rows(target, input.shape[:-1], z.shape[0], f"logits have {z.shape[0]} rows")
     if target.is_floating_point():
         raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")

@@ -704,6 +704,28 @@ def test_a_strided_view_too_large_is_refused_before_its_copy(device):
     t = torch.zeros(1, dtype=torch.int64, device=device).expand(2**40)
     with pytest.raises(ct.CeltuneInvalidArgument, match="problem too large"):
         ct.linear_cross_entropy(x, torch.randn(1024, 8, device=device), t)
+    # Views that do not flatten without a copy (a transposed expansion): the
+    # reshape itself asked the allocator for 1 PB (flce's input) and 512 TB (ce).
+    x = torch.zeros(2, 1, 8, device=device).expand(2, 2**44, 8).transpose(0, 1)
+    t = torch.zeros(1, 1, dtype=torch.int64, device=device).expand(2**44, 2)
+    with pytest.raises(ct.CeltuneInvalidArgument, match=r"problem too large: N x H \(inputs\) = 35184372088832 x 8"):
+        ct.linear_cross_entropy(x, torch.randn(1024, 8, device=device), t)
+    z = torch.zeros(2, 1, 2**23, device=device).expand(2, 2**23, 2**23).transpose(0, 1)
+    t = torch.zeros(1, 1, dtype=torch.int64, device=device).expand(2**23, 2)
+    with pytest.raises(ct.CeltuneInvalidArgument, match=r"problem too large: N x V \(logits\) = 16777216 x 8388608"):
+        ct.cross_entropy(z, t)
+    # The Python side's limit is the library's: 2^46 logits pass its rule, one row more does not.
+    from celtune.torch import _MAX_TENSOR_ELEMENTS
+    rows = _MAX_TENSOR_ELEMENTS // 2**23
+    ct.explain(torch.zeros(1, 1, device=device).expand(rows, 2**23), None,
+               torch.zeros(1, dtype=torch.int64, device=device).expand(rows))
+    with pytest.raises(ct.CeltuneInvalidArgument, match="problem too large"):
+        ct.explain(torch.zeros(1, 1, device=device).expand(rows + 1, 2**23), None,
+                   torch.zeros(1, dtype=torch.int64, device=device).expand(rows + 1))
+    # Within the rule such a view is copied and computed as its contiguous copy is.
+    z = torch.randn(2, 1, 50, device=device).expand(2, 3, 50).transpose(0, 1)
+    t = torch.randint(0, 50, (3, 2), device=device)
+    assert torch.allclose(ct.cross_entropy(z, t), ct.cross_entropy(z.contiguous(), t))
 
 
 @pytest.mark.parametrize("device", devices())

@@ -862,31 +862,40 @@ bool salvage_strings(nlohmann::json& j) {
 }
 }  // namespace
 
-std::vector<std::string> export_jsonl(const Store& s, std::ostream& out) {
+ExportReport export_jsonl(const Store& s, std::ostream& out, bool skip_damaged) {
   // Every line is read back as import reads it before the first is written: an
   // export that import refuses is a backup that fails when it is needed (a
   // stored median of −1 ms was exported, then refused). Damaged text (not
   // UTF-8, control characters) is salvaged, and the caller told which rows.
-  std::vector<std::string> lines, replaced;
+  std::vector<std::string> lines;
+  ExportReport report;
   auto add = [&]<typename Row>(const Row& row, const char* kind) {
     nlohmann::json j = row;
     j["record"] = kind;
-    if (salvage_strings(j)) replaced.push_back(std::string(kind) + " " + row.device.name + " " + row.problem.key());
-    lines.push_back(j.dump());
+    const std::string name = std::string(kind) + " " + row.device.name + " " + row.problem.key();
+    const bool salvaged = salvage_strings(j);
+    std::string line = j.dump(), damage;
     try {
-      check_record(parse_json_strict(lines.back()).get<Row>());
+      check_record(parse_json_strict(line).get<Row>());
     } catch (const nlohmann::json::exception& e) {
-      fail_env("the database's " + std::string(kind) + " row for " + row.problem.key() + " does not read back: " +
-               e.what() + "; nothing was exported");
+      damage = std::string("it does not read back (") + e.what() + ")";
     } catch (const Error& e) {
-      fail_env("the database holds a damaged " + std::string(kind) + " row for " + row.problem.key() + ": " +
-               e.what() + "; nothing was exported");
+      damage = e.what();
+    }
+    if (damage.empty()) {
+      if (salvaged) report.replaced.push_back(name);
+      lines.push_back(std::move(line));
+    } else if (skip_damaged) {
+      report.skipped.push_back(name + " (" + to_string(row.config) + "): " + damage);
+    } else {
+      fail_env("the database holds a damaged " + std::string(kind) + " row for " + row.problem.key() + ": " + damage +
+               "; nothing was exported (--skip-damaged exports the other rows)");
     }
   };
   for (const auto& b : s.best_entries()) add(b, "best");
   for (const auto& m : s.measurements()) add(m, "measurement");
   for (const auto& line : lines) out << line << '\n';
-  return replaced;
+  return report;
 }
 
 namespace {

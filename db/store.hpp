@@ -124,12 +124,20 @@ std::string broken_record(const Measurement& m);
 // when b breaks one, else "": how list, report and tune name such a row.
 std::string broken_best_note(const std::string& path, const BestEntry& b);
 
+// What an export changed or left out, one "KIND DEVICE KEY…" per row.
+struct ExportReport {
+  // Text that was not UTF-8 or held control characters, exported with '?' in
+  // place of each (merge refuses such rows; export is how they are saved).
+  std::vector<std::string> replaced;
+  // Rows import would refuse, left out (skip_damaged only), with the rule each breaks.
+  std::vector<std::string> skipped;
+};
 // One JSON object per line: {"record":"best",…} or {"record":"measurement",…},
-// sorted, so that an export is a stable, reviewable text file. Returns the rows
-// ("best DEVICE KEY") whose text was not UTF-8 or held control characters,
-// exported with '?' in place of each (merge refuses such rows; export is how
-// they are saved).
-std::vector<std::string> export_jsonl(const Store& s, std::ostream& out);
+// sorted, so that an export is a stable, reviewable text file. A row import
+// would refuse is Error(environment) and nothing is written; with skip_damaged
+// it is left out instead, and named in the report: how the sound rows of a
+// damaged database are saved.
+ExportReport export_jsonl(const Store& s, std::ostream& out, bool skip_damaged = false);
 
 // Error(usage) naming what is impossible in a record: a problem or config that
 // fails validation, times that are not positive and finite, p20 ≤ median ≤ p80

@@ -341,6 +341,13 @@ expect 0 "report with damaged measurement rows" -- "$celtune" report --db "$tmp/
 contains err "2 measurement rows are damaged, left out of the v_chunk plots" "report leaves them out and says so"
 expect 3 "export with damaged measurement rows" -- "$celtune" db --db "$tmp/badmeas.sqlite" export
 contains err "damaged measurement row" "export names the damaged row"
+contains err "--skip-damaged" "export's refusal names the way to save the rest"
+expect 0 "export --skip-damaged" -- "$celtune" db --db "$tmp/badmeas.sqlite" export --skip-damaged -o "$tmp/salvaged.jsonl"
+contains err "2 damaged rows left out of the export" "the rows left out are counted"
+nmeas=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM measurements").fetchone()[0])' \
+  "$tmp/badmeas.sqlite")
+[ "$(grep -c '"record":"measurement"' "$tmp/salvaged.jsonl")" = "$((nmeas - 2))" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export --skip-damaged did not keep every sound measurement"; }
+expect 0 "import what --skip-damaged saved" -- "$celtune" db --db "$tmp/salvaged.sqlite" import "$tmp/salvaged.jsonl"
 cp "$tmp/badcfg.sqlite" "$tmp/badtune.sqlite"
 expect 0 "tune over a stored config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
   --db "$tmp/badtune.sqlite" --min-runs 3 --max-runs 3 --json

@@ -106,6 +106,7 @@ struct DbArgs {
   std::string db, db_after;  // --db before the verb (db --db X list) or after it (db list --db X)
   bool json = false;
   std::string out;            // export -o, merge -o
+  bool skip_damaged = false;  // export --skip-damaged
   std::string input;          // import FILE
   std::vector<std::string> merge_inputs;
 };
@@ -169,7 +170,7 @@ int do_list(const DbArgs& a) {
     if (rule.empty() || damaged++) continue;
     write_warning(std::cerr, "database " + s.path() + ": the measurement row for " + m.device.name + " " +
                                  m.problem.key() + " (" + to_string(m.config) + ") is damaged (" + rule +
-                                 "); export and merge refuse the database while it holds one");
+                                 "); export and merge refuse the database while it holds one (export --skip-damaged saves the rest)");
   }
   if (damaged > 1) write_warning(std::cerr, std::to_string(damaged) + " damaged measurement rows in all");
   if (a.json) {
@@ -195,11 +196,15 @@ int do_list(const DbArgs& a) {
   return 0;
 }
 
-// An export that changed text says so (db list marks such rows; merge refuses them).
-void warn_replaced(const std::vector<std::string>& rows) {
-  if (rows.empty()) return;
-  write_warning(std::cerr, std::to_string(rows.size()) + " row(s) held text that is not UTF-8 or a control "
-                               "character, exported with '?' in place of each (the first: " + rows.front() + ")");
+// An export that changed text says so (db list marks such rows; merge refuses
+// them), and one that left damaged rows out names each.
+void warn_exported(const db::ExportReport& r) {
+  if (!r.replaced.empty())
+    write_warning(std::cerr, std::to_string(r.replaced.size()) + " row(s) held text that is not UTF-8 or a control "
+                                 "character, exported with '?' in place of each (the first: " + r.replaced.front() + ")");
+  for (const auto& row : r.skipped) write_warning(std::cerr, "left out the damaged row " + row);
+  if (!r.skipped.empty())
+    write_warning(std::cerr, counted(r.skipped.size(), "damaged row", "damaged rows") + " left out of the export");
 }
 
 // Export never replaces what it should not: the database it reads or its
@@ -212,7 +217,7 @@ int do_export(const DbArgs& a) {
   db::Store s(path, db::Access::read_only);
   s.check_sound();
   if (a.out.empty() || a.out == "-") {
-    warn_replaced(db::export_jsonl(s, std::cout));  // main() checks standard output at the end
+    warn_exported(db::export_jsonl(s, std::cout, a.skip_damaged));  // main() checks standard output at the end
     return 0;
   }
   std::error_code ec;
@@ -229,9 +234,9 @@ int do_export(const DbArgs& a) {
   if (is_sqlite_file(a.out))
     fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
                "another output");
-  std::vector<std::string> replaced;
-  write_file_atomic(a.out, [&](std::ostream& f) { replaced = db::export_jsonl(s, f); });
-  warn_replaced(replaced);
+  db::ExportReport report;
+  write_file_atomic(a.out, [&](std::ostream& f) { report = db::export_jsonl(s, f, a.skip_damaged); });
+  warn_exported(report);
   return 0;
 }
 
@@ -401,6 +406,9 @@ Action register_db(CLI::App& app) {
   auto* exp = sub->add_subcommand("export", "Write every best config and measurement as JSON lines (sorted)");
   exp->add_flag("--jsonl")->description("JSON lines (the only format; accepted for clarity)");
   exp->add_option("-o,--output", a->out, "Output file (default: standard output); never the database itself");
+  exp->add_flag("--skip-damaged", a->skip_damaged,
+                "Leave out, and name, the rows import would refuse (a damaged database's sound rows are saved so); "
+                "without it such a row fails the export");
   after(exp);
   auto* imp = sub->add_subcommand("import", "Read JSON lines into the database (all or nothing; per device and "
                                             "problem a best config tuned with this build's kernels wins, else the faster)");

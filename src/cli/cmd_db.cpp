@@ -170,7 +170,8 @@ int do_list(const DbArgs& a) {
     if (rule.empty() || damaged++) continue;
     write_warning(std::cerr, "database " + s.path() + ": the measurement row for " + m.device.name + " " +
                                  m.problem.key() + " (" + to_string(m.config) + ") is damaged (" + rule +
-                                 "); export and merge refuse the database while it holds one (export --skip-damaged saves the rest)");
+                                 "); export and merge refuse the database while it holds one "
+                                 "(export --skip-damaged saves the rest)");
   }
   if (damaged > 1) write_warning(std::cerr, std::to_string(damaged) + " damaged measurement rows in all");
   if (a.json) {

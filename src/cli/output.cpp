@@ -1,6 +1,5 @@
 #include "output.hpp"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -80,7 +79,7 @@ std::string counted(size_t n, const std::string& one, const std::string& many) {
 namespace {
 // An output stream buffer over a file descriptor that keeps the errno of the
 // first write(2) that failed. Over stdio or a filebuf the reason is gone by the
-// time a check sees the stream bad: a 40 KB export to /dev/full said only
+// time a check sees the stream bad: an export of 549 rows to /dev/full said only
 // "error writing standard output", the write that failed having been an
 // earlier buffer's, not the final flush's.
 class FdBuf : public std::streambuf {

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [tinylm] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] …
 #   GPU_NAME=H200  run nothing (exit 0, saying so) unless nvidia-smi's name for
 #                  the GPU contains it: a call named nvidia-h200 may be given an
 #                  H100, and an H200 re-tune run there would be the H100's.
@@ -81,6 +81,33 @@ for s in $steps; do
       export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
       python3 examples/train_tiny_lm.py >"$OUT/train_tiny_lm.txt" 2>&1; note "train_tiny_lm: exit $?"
       cat "$OUT/train_tiny_lm.txt"
+      ;;
+    tinylm)
+      # The tiny-LM example's loss at its own shape (N = 8192, H = 512, V = 32768,
+      # bf16; in no shipped database, so the default config runs): the default
+      # and a quickly tuned config against the unfused path and the GEMM floor;
+      # torch.compile's time (peer_bench.py); and the example's step with the
+      # per-call target check (one stream synchronisation) on and off, and with
+      # the tuned row. On the H200 (fifty-fourth session) the example's step was
+      # 14.12 ms with celtune against 11.47 with F.cross_entropy. One log file.
+      export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
+      shape=8192,512,32768 log=$OUT/tinylm.txt
+      tiny() { python3 examples/train_tiny_lm.py 2>&1 | grep -E '^celtune config|^max|step time|^ +(F.cross_entropy|celtune) +[0-9]'; }
+      {
+        echo "== celtune bench --shape $shape"; $B/celtune bench --shape $shape 2>&1
+        echo "== peer_bench.py (torch.compile)"; python3 scripts/peer_bench.py --shapes $shape 2>&1
+        echo "== celtune tune --budget 12"
+        $B/celtune tune --shape $shape --db "$OUT/tinylm.sqlite" --budget 12 2>&1 | tail -8
+        echo "== celtune bench --tuned"; $B/celtune bench --shape $shape --tuned --db "$OUT/tinylm.sqlite" 2>&1
+        for v in 1 0; do
+          echo "== train_tiny_lm.py, CELTUNE_CHECK_TARGETS=$v"
+          CELTUNE_CHECK_TARGETS=$v tiny
+        done
+        echo "== train_tiny_lm.py, the tuned row (CELTUNE_DB)"
+        CELTUNE_DB=$OUT/tinylm.sqlite tiny
+      } >"$log"
+      note "tinylm: $(grep -cE '^== ' "$log") parts, log tinylm.txt"
+      cat "$log"
       ;;
     bench)
       $B/celtune bench >"$OUT/bench.txt" 2>"$OUT/bench.err"; note "bench: exit $?"

@@ -887,6 +887,20 @@ if [ -w /dev/full ]; then
   [ "$(ls "$tmp/full-rep")" = "vchunk-99.svg" ] && passes=$((passes + 1)) \
     || { fails=$((fails + 1)); echo "FAIL: a report that exited 3 changed its folder"; ls "$tmp/full-rep"; }
   "$celtune" db --db "$tmp/full-import.sqlite" import "$tmp/faster.jsonl" >/dev/null
+  # A reader that went away (a pipe whose read end is closed before the command
+  # starts, so no race with the reader): SIGPIPE killed the process, exit 141,
+  # leaving a report's staged plots and an import's new database.
+  closed_pipe() { python3 -c 'import os, subprocess, sys
+r, w = os.pipe(); os.close(r)
+sys.exit(subprocess.run(sys.argv[1:], stdout=w).returncode)' "$@"; }
+  expect 3 "report into a closed pipe" -- closed_pipe "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/pipe-rep"
+  contains err "error writing standard output: Broken pipe" "the closed pipe is named"
+  [ -z "$(ls "$tmp/pipe-rep" 2>/dev/null)" ] && passes=$((passes + 1)) \
+    || { fails=$((fails + 1)); echo "FAIL: a report into a closed pipe left files"; ls "$tmp/pipe-rep"; }
+  expect 3 "import into a new database, into a closed pipe" -- closed_pipe "$celtune" db --db "$tmp/pipe-new.sqlite" \
+    import "$tmp/faster.jsonl"
+  [ ! -e "$tmp/pipe-new.sqlite" ] && passes=$((passes + 1)) \
+    || { fails=$((fails + 1)); echo "FAIL: an import into a closed pipe kept its new database"; }
   [ "$before" != "$("$celtune" db --db "$tmp/full-import.sqlite" export | md5sum)" ] && passes=$((passes + 1)) \
     || { fails=$((fails + 1)); echo "FAIL: the /dev/full import tests do not change the database when they succeed"; }
 fi

@@ -5,6 +5,7 @@
 // error (no such device, CUDA error, unusable or locked database, output that
 // could not be written).
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -67,6 +68,11 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
 
 int main(int argc, char** argv) {
   using namespace celtune;
+  // A reader that went away (`celtune report … | true`) killed the process by
+  // SIGPIPE: exit 141, no word, a report's staged plots left behind and an
+  // import's new database kept. Ignored, the write fails with EPIPE instead and
+  // takes the path a full disk takes: exit 3, said, nothing half-written kept.
+  std::signal(SIGPIPE, SIG_IGN);
   cli::install_stdout();
   CLI::App app{
       "celtune: fused cross-entropy kernels (ce, flce), validated against fp64 and cuBLAS references,\n"

@@ -711,6 +711,38 @@ Offered Store::offer_best(const BestEntry& b, const std::string& current_hash) {
 // whose columns disagree with its key (vocab edited to 2^63 − 1) vanished from
 // lookups without a word while list and export showed it sound (the CLI probe,
 // forty-fourth session). Damage too, checked with the references.
+std::map<std::string, std::string> Store::damaged_problems() const {
+  std::map<std::string, std::string> bad;
+  Stmt s(db_, path_, "SELECT key, family, tokens, hidden, vocab, dtype, mode FROM problems");
+  while (s.step()) {
+    const std::string key = s.text(0);
+    try {
+      const Problem p = stored_problem(path_, key);
+      if (s.text(1) != to_string(p.family) || s.i64(2) != p.tokens || s.i64(3) != p.hidden || s.i64(4) != p.vocab ||
+          s.text(5) != to_string(p.dtype) || s.text(6) != to_string(p.mode))
+        bad[key] = "database " + path_ + ": the problem row " + key +
+                   " holds shape columns that disagree with its key: the database is damaged";
+    } catch (const Error& e) {
+      bad[key] = e.what();
+    }
+  }
+  return bad;
+}
+
+std::vector<std::string> Store::dangling_rows(const char* table, const char* kind) const {
+  // `table` is one of two literals, never input.
+  std::vector<std::string> rows;
+  Stmt s(db_, path_,
+         (std::string("SELECT t.rowid, d.id IS NULL, p.id IS NULL, c.id IS NULL FROM ") + table +
+          " t LEFT JOIN devices d ON d.id = t.device_id LEFT JOIN problems p ON p.id = t.problem_id "
+          "LEFT JOIN configs c ON c.id = t.config_id WHERE d.id IS NULL OR p.id IS NULL OR c.id IS NULL")
+             .c_str());
+  while (s.step())
+    rows.push_back(std::string(kind) + " row " + std::to_string(s.i64(0)) + ": refers to a missing " +
+                   (s.i64(1) ? "device" : s.i64(2) ? "problem" : "config"));
+  return rows;
+}
+
 void Store::check_references() const {
   if (references_checked_) return;
   {
@@ -719,16 +751,36 @@ void Store::check_references() const {
       fail_env("database " + path_ + ": a row of table " + s.text(0) + " refers to a missing row of " + s.text(2) +
                ": the database is damaged");
   }
-  Stmt s(db_, path_, "SELECT key, family, tokens, hidden, vocab, dtype, mode FROM problems");
-  while (s.step()) {
-    const std::string key = s.text(0);
-    const Problem p = stored_problem(path_, key);
-    if (s.text(1) != to_string(p.family) || s.i64(2) != p.tokens || s.i64(3) != p.hidden || s.i64(4) != p.vocab ||
-        s.text(5) != to_string(p.dtype) || s.text(6) != to_string(p.mode))
-      fail_env("database " + path_ + ": the problem row " + key +
-               " holds shape columns that disagree with its key: the database is damaged");
-  }
+  if (const auto bad = damaged_problems(); !bad.empty()) fail_env(bad.begin()->second);
   references_checked_ = true;
+}
+
+template <typename Row, typename Read>
+std::vector<Row> Store::read_rows(const char* table, const char* sql, Read read,
+                                  std::vector<std::string>* unreadable) const {
+  std::vector<Row> out;
+  Stmt s(db_, path_, sql);
+  if (!unreadable) {
+    check_references();
+    while (s.step()) out.push_back(read(s));
+    return out;
+  }
+  const char* kind = std::string(table) == "best" ? "best" : "measurement";
+  const auto bad_problems = damaged_problems();
+  for (auto& row : dangling_rows(table, kind)) unreadable->push_back(std::move(row));
+  while (s.step()) {
+    const std::string name = std::string(kind) + " " + s.text(0) + " " + s.text(8);
+    if (const auto it = bad_problems.find(s.text(8)); it != bad_problems.end()) {
+      unreadable->push_back(name + ": " + it->second);
+      continue;
+    }
+    try {
+      out.push_back(read(s));
+    } catch (const Error& e) {
+      unreadable->push_back(name + ": " + e.what());
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -738,12 +790,9 @@ constexpr const char* kDeviceOrder =
     "d.name, d.arch, d.sm_count, d.memory_bytes, d.driver, d.runtime, d.cublaslt, d.cublaslt_version";
 }  // namespace
 
-std::vector<BestEntry> Store::best_entries() const {
-  check_references();
-  std::vector<BestEntry> out;
-  Stmt s(db_, path_, best_query(std::string("ORDER BY ") + kDeviceOrder + ", p.key").c_str());
-  while (s.step()) out.push_back(read_best(s, path_));
-  return out;
+std::vector<BestEntry> Store::best_entries(std::vector<std::string>* unreadable) const {
+  return read_rows<BestEntry>("best", best_query(std::string("ORDER BY ") + kDeviceOrder + ", p.key").c_str(),
+                              [&](const Stmt& s) { return read_best(s, path_); }, unreadable);
 }
 
 std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
@@ -761,17 +810,14 @@ std::vector<BestEntry> Store::best_for_shape(const Problem& p) const {
   return out;
 }
 
-std::vector<Measurement> Store::measurements() const {
-  check_references();
-  std::vector<Measurement> out;
-  Stmt s(db_, path_,
-         (std::string("SELECT ") + kDeviceCols +
-          ", p.key, c.json, m.median_ms, m.p20_ms, m.p80_ms, m.samples, m.spread, m.kernel_hash, m.status, "
-          "m.reason, m.clock_start_mhz, m.clock_end_mhz, m.created_at FROM measurements m JOIN devices d ON d.id = "
-          "m.device_id JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id "
-          "ORDER BY " + kDeviceOrder + ", p.key, c.json, m.kernel_hash")
-             .c_str());
-  while (s.step()) {
+std::vector<Measurement> Store::measurements(std::vector<std::string>* unreadable) const {
+  const std::string sql =
+      std::string("SELECT ") + kDeviceCols +
+      ", p.key, c.json, m.median_ms, m.p20_ms, m.p80_ms, m.samples, m.spread, m.kernel_hash, m.status, "
+      "m.reason, m.clock_start_mhz, m.clock_end_mhz, m.created_at FROM measurements m JOIN devices d ON d.id = "
+      "m.device_id JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id "
+      "ORDER BY " + kDeviceOrder + ", p.key, c.json, m.kernel_hash";
+  return read_rows<Measurement>("measurements", sql.c_str(), [&](const Stmt& s) {
     Measurement m;
     m.device = read_device(s, 0);
     m.problem = stored_problem(path_, s.text(8));
@@ -783,9 +829,8 @@ std::vector<Measurement> Store::measurements() const {
     m.clock_start_mhz = s.f64(18);
     m.clock_end_mhz = s.f64(19);
     m.created_at = s.text(20);
-    out.push_back(std::move(m));
-  }
-  return out;
+    return m;
+  }, unreadable);
 }
 
 std::optional<Measurement> Store::find_measurement(const DeviceInfo& d, const Problem& p, const KernelConfig& c,
@@ -892,8 +937,11 @@ ExportReport export_jsonl(const Store& s, std::ostream& out, bool skip_damaged) 
                "; nothing was exported (--skip-damaged exports the other rows)");
     }
   };
-  for (const auto& b : s.best_entries()) add(b, "best");
-  for (const auto& m : s.measurements()) add(m, "measurement");
+  // Skipping, a row that does not even read (its config or problem key does
+  // not parse, it refers to a missing row) is left out and named too.
+  std::vector<std::string>* unreadable = skip_damaged ? &report.skipped : nullptr;
+  for (const auto& b : s.best_entries(unreadable)) add(b, "best");
+  for (const auto& m : s.measurements(unreadable)) add(m, "measurement");
   for (const auto& line : lines) out << line << '\n';
   return report;
 }

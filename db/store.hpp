@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,16 +69,33 @@ class Store {
   // Stores b, replacing any entry for the same (device, problem).
   void put_best(const BestEntry& b);
 
-  std::vector<BestEntry> best_entries() const;  // ordered by device, problem key
+  // Every best entry, ordered by device and problem key; every measurement, by
+  // device, problem and config. A damaged row (its problem key or config does
+  // not parse, its problem row disagrees with its key, it refers to a missing
+  // row) fails the read, Error(environment). With `unreadable`, each such row is
+  // named there ("KIND DEVICE KEY: why", or by row id) and left out instead:
+  // how export --skip-damaged saves the rest of a damaged database.
+  std::vector<BestEntry> best_entries(std::vector<std::string>* unreadable = nullptr) const;
   // Best entries whose problem has p's family, hidden, vocab, dtype and mode
   // (any device, any token count): what the runtime's lookup tiers choose from.
   std::vector<BestEntry> best_for_shape(const Problem& p) const;
-  std::vector<Measurement> measurements() const;  // ordered by device, problem, config
+  std::vector<Measurement> measurements(std::vector<std::string>* unreadable = nullptr) const;
   std::optional<Measurement> find_measurement(const DeviceInfo& d, const Problem& p, const KernelConfig& c,
                                               const std::string& kernel_hash) const;
 
  private:
   bool insert_measurement(const Measurement& m, bool replace);
+  // Problem rows whose key does not parse or whose shape columns disagree with
+  // it: key -> why. check_references fails on the first; salvaging readers skip
+  // the rows that refer to them.
+  std::map<std::string, std::string> damaged_problems() const;
+  // `table`'s rows (best or measurements) that refer to a missing device,
+  // problem or config, each named "KIND row ID": the readers' joins drop them.
+  std::vector<std::string> dangling_rows(const char* table, const char* kind) const;
+  // The readers' shared loop over `s` (columns as kDeviceCols, then p.key):
+  // every row through `read`, or, with `unreadable`, the damaged ones named there.
+  template <typename Row, typename Read>
+  std::vector<Row> read_rows(const char* table, const char* sql, Read read, std::vector<std::string>* unreadable) const;
   int64_t device_id(const DeviceInfo& d);
   int64_t problem_id(const Problem& p);
   int64_t config_id(const KernelConfig& c);

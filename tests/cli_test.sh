@@ -348,6 +348,25 @@ nmeas=$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).exec
   "$tmp/badmeas.sqlite")
 [ "$(grep -c '"record":"measurement"' "$tmp/salvaged.jsonl")" = "$((nmeas - 2))" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: export --skip-damaged did not keep every sound measurement"; }
 expect 0 "import what --skip-damaged saved" -- "$celtune" db --db "$tmp/salvaged.sqlite" import "$tmp/salvaged.jsonl"
+# Rows that do not even read: a config that is no JSON, a problem row whose
+# columns disagree with its key, a measurement whose config row is gone. Each
+# failed the whole export, --skip-damaged too; now each row is named and left out.
+cp "$tmp/t.sqlite" "$tmp/unread.sqlite"
+python3 - "$tmp/unread.sqlite" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("PRAGMA foreign_keys = OFF")
+m = c.execute("SELECT config_id, problem_id FROM measurements ORDER BY rowid").fetchall()
+c.execute("UPDATE configs SET json = '{not json' WHERE id = ?", (m[0][0],))
+c.execute("DELETE FROM configs WHERE id = ?", (m[-1][0],))
+c.commit()
+PY
+expect 3 "export of rows that do not read" -- "$celtune" db --db "$tmp/unread.sqlite" export
+expect 0 "export --skip-damaged of rows that do not read" -- "$celtune" db --db "$tmp/unread.sqlite" export \
+  --skip-damaged -o "$tmp/unread.jsonl"
+contains err "holds a damaged config: config is not valid JSON" "the row with the broken config is named"
+contains err "measurement row" "the row whose config is gone is named by its id"
+expect 0 "import what was saved of them" -- "$celtune" db --db "$tmp/unread-new.sqlite" import "$tmp/unread.jsonl"
 cp "$tmp/badcfg.sqlite" "$tmp/badtune.sqlite"
 expect 0 "tune over a stored config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
   --db "$tmp/badtune.sqlite" --min-runs 3 --max-runs 3 --json

@@ -57,6 +57,12 @@ expect 2 "an empty argument" -- "$celtune" lookup ''
 contains err "celtune: unexpected argument ''" "the empty argument is shown quoted"
 expect 2 "two unexpected arguments" -- "$celtune" devices a 'b c'
 contains err "unexpected arguments 'a' 'b c'" "each argument is quoted"
+# A newline in a quoted word is escaped: it forged a line of the message.
+expect 2 "an argument holding a newline" -- "$celtune" lookup $'a\nb'
+contains err "unexpected argument 'a\x0ab'" "the newline in the argument is escaped"
+[ "$(wc -l <"$tmp/err")" = 2 ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the argument split the message"; cat "$tmp/err"; }
+expect 2 "a command holding a newline" -- "$celtune" db $'li\nst'
+contains err "unknown command 'li\x0ast'" "the newline in the command is escaped"
 expect 2 "db without a verb" -- "$celtune" db
 contains err "celtune: db needs a command: list, export, import, merge" "the verbs are listed"
 # --help after a word that is no command printed the level above's help, exit 0.
@@ -367,6 +373,12 @@ expect 0 "export --skip-damaged of rows that do not read" -- "$celtune" db --db 
 contains err "holds a damaged config: config is not valid JSON" "the row with the broken config is named"
 contains err "measurement row" "the row whose config is gone is named by its id"
 expect 0 "import what was saved of them" -- "$celtune" db --db "$tmp/unread-new.sqlite" import "$tmp/unread.jsonl"
+# A device name holding a newline and a tab: db list's table kept its rows whole.
+cp "$tmp/t.sqlite" "$tmp/nl.sqlite"
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("UPDATE devices SET name = ?", ("GPU\nX\tY",)); c.commit()' \
+  "$tmp/nl.sqlite"
+expect 0 "db list of a device name holding a newline" -- "$celtune" db --db "$tmp/nl.sqlite" list
+contains out 'GPU\x0aX\x09Y' "the table escapes the newline and the tab"
 cp "$tmp/badcfg.sqlite" "$tmp/badtune.sqlite"
 expect 0 "tune over a stored config the rules refuse" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
   --db "$tmp/badtune.sqlite" --min-runs 3 --max-runs 3 --json

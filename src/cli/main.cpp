@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <new>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -43,7 +44,7 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
       // `celtune --bogus` said only "A subcommand is required".
       if (!opt) {
         if (only_commands) continue;
-        return "unknown option '" + tok + "'" + (level == &app ? "" : " for " + level->get_name());
+        return "unknown option '" + celtune::printable_message(tok, false) + "'" + (level == &app ? "" : " for " + level->get_name());
       }
       if (opt->get_type_size() != 0 && tok.find('=') == std::string::npos) ++i;  // its value
       continue;
@@ -58,7 +59,7 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
       continue;
     }
     const std::string names = names_of(level);
-    return "unknown command '" + tok + "'" + (names.empty() ? "" : " (commands: " + names + ")");
+    return "unknown command '" + celtune::printable_message(tok, false) + "'" + (names.empty() ? "" : " (commands: " + names + ")");
   }
   if (!only_commands && level != &app && level->get_require_subcommand_min() > 0)
     return level->get_name() + " needs a command: " + names_of(level);
@@ -89,9 +90,9 @@ int main(int argc, char** argv) {
     if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
       const auto extras = a->remaining(true);
       std::string quoted;
-      for (const auto& x : extras) quoted += (quoted.empty() ? "'" : " '") + x + "'";
+      for (const auto& x : extras) quoted += (quoted.empty() ? "'" : " '") + printable_message(x, false) + "'";
       text = std::string(extras.size() == 1 ? "unexpected argument " : "unexpected arguments ") + quoted +
-             text.substr(text.find('\n'));
+             text.substr(std::string_view(e.what()).size());  // CLI11's own lines after its message
     }
     return "celtune: " + printable_message(text);
   });

@@ -25,7 +25,7 @@ void Table::print(std::ostream& out) const {
   // escape sequence on the terminal. Written as error messages are.
   std::vector<std::vector<std::string>> rows = rows_;
   for (auto& r : rows)
-    for (auto& cell : r) cell = printable_message(cell);
+    for (auto& cell : r) cell = printable_message(cell, false);
   std::vector<size_t> w(header_.size(), 0);
   auto widen = [&](const std::vector<std::string>& r) {
     for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());

@@ -79,12 +79,15 @@ inline std::string unprintable_as(std::string_view s, char c) {
 // A message as it is printed: messages echo what they were given (a flag's
 // value, a file's name, a database's text), so bytes that are not UTF-8 and
 // control characters other than newline and tab are written as \xNN, never raw
-// to the terminal.
-inline std::string printable_message(std::string_view s) {
+// to the terminal. keep_layout = false escapes newline and tab too: for text
+// that must stay on its line (a table's cell, a name quoted in a message; a
+// device name holding a newline split db list's rows).
+inline std::string printable_message(std::string_view s, bool keep_layout = true) {
   std::string out;
   for (size_t i = 0; i < s.size();) {
     const size_t n = utf8_sequence_length(s, i);
-    if (n == 0 || (is_control(s, i, n) && s[i] != '\n' && s[i] != '\t')) {
+    const bool layout = keep_layout && (s[i] == '\n' || s[i] == '\t');
+    if (n == 0 || (is_control(s, i, n) && !layout)) {
       for (size_t k = 0; k < std::max<size_t>(n, 1); ++k) {
         char hex[5];
         std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(s[i + k]));

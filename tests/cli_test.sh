@@ -57,6 +57,9 @@ expect 2 "an empty argument" -- "$celtune" lookup ''
 contains err "celtune: unexpected argument ''" "the empty argument is shown quoted"
 expect 2 "two unexpected arguments" -- "$celtune" devices a 'b c'
 contains err "unexpected arguments 'a' 'b c'" "each argument is quoted"
+# A flag given '=' and nothing was taken as set.
+expect 2 "a flag given an empty value" -- "$celtune" devices --json=''
+contains err "--json was given an empty value" "the flag is named"
 # A newline in a quoted word is escaped: it forged a line of the message.
 expect 2 "an argument holding a newline" -- "$celtune" lookup $'a\nb'
 contains err "unexpected argument 'a\x0ab'" "the newline in the argument is escaped"

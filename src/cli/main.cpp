@@ -142,6 +142,13 @@ int main(int argc, char** argv) {
   // An empty value (--db '', -o '', --shape '') must not pass for an option not
   // given: `db merge -o ''` reported success and wrote nothing, `tune --db ''`
   // tuned into the default database.
+  // A flag given `=` and nothing (--json='', --skip-damaged=) was taken as set.
+  for (int i = 1; i < argc; ++i)
+    if (const std::string_view tok = argv[i]; tok.starts_with("--") && tok.size() > 3 && tok.back() == '=') {
+      std::cerr << "celtune: " << celtune::printable_message(tok.substr(0, tok.size() - 1), false)
+                << " was given an empty value\n";
+      return static_cast<int>(Status::usage);
+    }
   for (CLI::App* sub = &app; sub;) {
     for (const CLI::Option* opt : sub->get_options())
       for (const std::string& v : opt->results())

@@ -44,7 +44,8 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
       // `celtune --bogus` said only "A subcommand is required".
       if (!opt) {
         if (only_commands) continue;
-        return "unknown option '" + celtune::printable_message(tok, false) + "'" + (level == &app ? "" : " for " + level->get_name());
+        return "unknown option '" + celtune::printable_message(tok, false) + "'" +
+               (level == &app ? "" : " for " + level->get_name());
       }
       if (opt->get_type_size() != 0 && tok.find('=') == std::string::npos) ++i;  // its value
       continue;
@@ -59,7 +60,8 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
       continue;
     }
     const std::string names = names_of(level);
-    return "unknown command '" + celtune::printable_message(tok, false) + "'" + (names.empty() ? "" : " (commands: " + names + ")");
+    return "unknown command '" + celtune::printable_message(tok, false) + "'" +
+           (names.empty() ? "" : " (commands: " + names + ")");
   }
   if (!only_commands && level != &app && level->get_require_subcommand_min() > 0)
     return level->get_name() + " needs a command: " + names_of(level);
@@ -139,16 +141,16 @@ int main(int argc, char** argv) {
     app.exit(e);  // prints the message
     return static_cast<int>(Status::usage);
   }
-  // An empty value (--db '', -o '', --shape '') must not pass for an option not
-  // given: `db merge -o ''` reported success and wrote nothing, `tune --db ''`
-  // tuned into the default database.
   // A flag given `=` and nothing (--json='', --skip-damaged=) was taken as set.
   for (int i = 1; i < argc; ++i)
     if (const std::string_view tok = argv[i]; tok.starts_with("--") && tok.size() > 3 && tok.back() == '=') {
-      std::cerr << "celtune: " << celtune::printable_message(tok.substr(0, tok.size() - 1), false)
+      std::cerr << "celtune: " << printable_message(tok.substr(0, tok.size() - 1), false)
                 << " was given an empty value\n";
       return static_cast<int>(Status::usage);
     }
+  // An empty value (--db '', -o '', --shape '') must not pass for an option not
+  // given: `db merge -o ''` reported success and wrote nothing, `tune --db ''`
+  // tuned into the default database.
   for (CLI::App* sub = &app; sub;) {
     for (const CLI::Option* opt : sub->get_options())
       for (const std::string& v : opt->results())

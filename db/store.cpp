@@ -201,6 +201,14 @@ FileHeader read_header(const std::string& path) {
   return {std::memcmp(h, "SQLite format 3", 16) == 0, field == 1 ? 65536u : field, h[18] == 2 && h[19] == 2};
 }
 
+}  // namespace
+
+bool is_sqlite_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)) && read_header(path).sqlite;
+}
+
+namespace {
 // A reader's check of what SQLite does not check: a file cut inside a page (a
 // copy short by its last bytes) reads the missing bytes as zeros, with no error
 // and no warning (the forty-ninth session's docs probe: a copy 100 bytes short,
@@ -756,7 +764,7 @@ void Store::check_references() const {
 }
 
 template <typename Row, typename Read>
-std::vector<Row> Store::read_rows(const char* table, const char* sql, Read read,
+std::vector<Row> Store::read_rows(const char* table, const char* kind, const char* sql, Read read,
                                   std::vector<std::string>* unreadable) const {
   std::vector<Row> out;
   Stmt s(db_, path_, sql);
@@ -765,7 +773,6 @@ std::vector<Row> Store::read_rows(const char* table, const char* sql, Read read,
     while (s.step()) out.push_back(read(s));
     return out;
   }
-  const char* kind = std::string(table) == "best" ? "best" : "measurement";
   const auto bad_problems = damaged_problems();
   for (auto& row : dangling_rows(table, kind)) unreadable->push_back(std::move(row));
   while (s.step()) {
@@ -791,7 +798,7 @@ constexpr const char* kDeviceOrder =
 }  // namespace
 
 std::vector<BestEntry> Store::best_entries(std::vector<std::string>* unreadable) const {
-  return read_rows<BestEntry>("best", best_query(std::string("ORDER BY ") + kDeviceOrder + ", p.key").c_str(),
+  return read_rows<BestEntry>("best", "best", best_query(std::string("ORDER BY ") + kDeviceOrder + ", p.key").c_str(),
                               [&](const Stmt& s) { return read_best(s, path_); }, unreadable);
 }
 
@@ -817,7 +824,7 @@ std::vector<Measurement> Store::measurements(std::vector<std::string>* unreadabl
       "m.reason, m.clock_start_mhz, m.clock_end_mhz, m.created_at FROM measurements m JOIN devices d ON d.id = "
       "m.device_id JOIN problems p ON p.id = m.problem_id JOIN configs c ON c.id = m.config_id "
       "ORDER BY " + kDeviceOrder + ", p.key, c.json, m.kernel_hash";
-  return read_rows<Measurement>("measurements", sql.c_str(), [&](const Stmt& s) {
+  return read_rows<Measurement>("measurements", "measurement", sql.c_str(), [&](const Stmt& s) {
     Measurement m;
     m.device = read_device(s, 0);
     m.problem = stored_problem(path_, s.text(8));

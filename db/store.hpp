@@ -94,8 +94,10 @@ class Store {
   std::vector<std::string> dangling_rows(const char* table, const char* kind) const;
   // The readers' shared loop over `s` (columns as kDeviceCols, then p.key):
   // every row through `read`, or, with `unreadable`, the damaged ones named there.
+  // `table` is where the rows live, `kind` how they are named ("best", "measurement").
   template <typename Row, typename Read>
-  std::vector<Row> read_rows(const char* table, const char* sql, Read read, std::vector<std::string>* unreadable) const;
+  std::vector<Row> read_rows(const char* table, const char* kind, const char* sql, Read read,
+                             std::vector<std::string>* unreadable) const;
   int64_t device_id(const DeviceInfo& d);
   int64_t problem_id(const Problem& p);
   int64_t config_id(const KernelConfig& c);
@@ -121,6 +123,10 @@ class Store {
   int busy_ms_;
   std::optional<std::chrono::steady_clock::time_point> deadline_;
 };
+
+// Whether path is a regular file that starts with SQLite's header. Reads only a
+// regular file: opening a FIFO waits for a writer.
+bool is_sqlite_file(const std::string& path);
 
 // CELTUNE_BUSY_TIMEOUT_MS, default kDefaultBusyTimeoutMs; Error(usage) when malformed.
 inline constexpr int kDefaultBusyTimeoutMs = 10000;

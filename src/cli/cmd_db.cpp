@@ -10,7 +10,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -41,19 +40,6 @@ void require_database(const std::string& path) {
   if (ec) fail_env("cannot reach database " + path + ": " + ec.message());
   if (!there) fail_env("database " + path + " does not exist");
 }
-
-namespace {
-// Whether path is a regular file that starts with SQLite's header. Read only
-// where it is a regular file: opening a FIFO waits for a writer.
-bool is_sqlite_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec))) return false;
-  std::ifstream f(path, std::ios::binary);
-  char head[16] = {};
-  f.read(head, sizeof head);
-  return f.gcount() == sizeof head && std::string_view(head, sizeof head) == std::string_view("SQLite format 3\0", 16);
-}
-}  // namespace
 
 void require_db_folder(const std::string& path) {
   const auto parent = std::filesystem::path(path).parent_path();
@@ -232,7 +218,7 @@ int do_export(const DbArgs& a) {
   // Nor over another database: `db export --db a.sqlite -o b.sqlite`, meant the
   // other way round or mistyped, replaced b's every row with JSON text.
   // (is_sqlite_file reads only a regular file; write_file_atomic refuses the rest.)
-  if (is_sqlite_file(a.out))
+  if (db::is_sqlite_file(a.out))
     fail_usage("refusing to write the export over " + a.out + ", an SQLite database: remove it first, or name "
                "another output");
   db::ExportReport report;
@@ -319,7 +305,7 @@ int do_import(const DbArgs& a) {
   if (!from_stdin && std::filesystem::is_directory(a.input, ec))
     fail_env("cannot import " + a.input + ": it is a directory");
   // A database where JSON lines belong read as "line 1: a NUL byte in JSON text".
-  if (!from_stdin && is_sqlite_file(a.input))
+  if (!from_stdin && db::is_sqlite_file(a.input))
     fail_usage("cannot import " + a.input + ": it is an SQLite database, not JSON lines; fold its rows in with "
                "`celtune db merge " + a.input + " YOURS.sqlite -o MERGED.sqlite`, or export them first with "
                "`celtune db --db " + a.input + " export -o ROWS.jsonl`");

@@ -86,20 +86,23 @@ for s in $steps; do
       # The tiny-LM example's loss at its own shape (N = 8192, H = 512, V = 32768,
       # bf16; in no shipped database, so the default config runs): the default
       # and a quickly tuned config against the unfused path and the GEMM floor;
-      # torch.compile's time (peer_bench.py); and the example's step with the
-      # per-call target check (one stream synchronisation) on and off, and with
-      # the tuned row. On the H200 (fifty-fourth session) the example's step was
+      # torch.compile's time (peer_bench.py); and the example's step with each
+      # CELTUNE_CHECK_TARGETS mode (sync: one stream synchronisation a call), and with
+      # the tuned row; and loss_profile.py's GPU and wall times and kernel table
+      # of the loss alone. On the H200 (fifty-fourth session) the example's step was
       # 14.12 ms with celtune against 11.47 with F.cross_entropy. One log file.
       export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
       shape=8192,512,32768 log=$OUT/tinylm.txt
       tiny() { python3 examples/train_tiny_lm.py 2>&1 | grep -E '^celtune config|^max|step time|^ +(F.cross_entropy|celtune) +[0-9]'; }
       {
+        echo "== host CPU: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores"
+        echo "== loss_profile.py (the loss alone, as the example calls it)"; python3 scripts/loss_profile.py --shape $shape 2>&1
         echo "== celtune bench --shape $shape"; $B/celtune bench --shape $shape 2>&1
         echo "== peer_bench.py (torch.compile)"; python3 scripts/peer_bench.py --shapes $shape 2>&1
         echo "== celtune tune --budget 12"
         $B/celtune tune --shape $shape --db "$OUT/tinylm.sqlite" --budget 12 2>&1 | tail -8
         echo "== celtune bench --tuned"; $B/celtune bench --shape $shape --tuned --db "$OUT/tinylm.sqlite" 2>&1
-        for v in 1 0; do
+        for v in async sync 0; do
           echo "== train_tiny_lm.py, CELTUNE_CHECK_TARGETS=$v"
           CELTUNE_CHECK_TARGETS=$v tiny
         done

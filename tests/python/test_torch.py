@@ -1,5 +1,6 @@
 """celtune.torch against F.cross_entropy (fp32 logits) for every option, dtype
 and gradient, on the CPU backend and, where present, on CUDA."""
+import contextlib
 import json
 import math
 
@@ -12,6 +13,24 @@ from conftest import devices
 ct = pytest.importorskip("celtune.torch")
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
+
+
+@pytest.fixture(autouse=True)
+def no_bad_target_left_unread():
+    """Every test leaves no bad-target flag unread (CELTUNE_CHECK_TARGETS=async
+    reads them at a later call): one would fail the next test's first call."""
+    yield
+    ct.check_targets()
+
+
+@contextlib.contextmanager
+def raises_bad_target(match):
+    """A bad target raises at the call on the CPU and under
+    CELTUNE_CHECK_TARGETS=sync; under the default (async) on CUDA, by
+    check_targets() at the latest: within this block either way."""
+    with pytest.raises(ct.CeltuneInvalidArgument, match=match):
+        yield
+        ct.check_targets()
 
 # Option sets: (name, kwargs); each is also run with every reduction.
 OPTIONS = [
@@ -477,11 +496,11 @@ def test_explain_sources(device, monkeypatch):
 @pytest.mark.parametrize("device", devices())
 def test_bad_input_raises_library_message(device):
     x, w, _, t = make(device, torch.float32)
-    with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2 is outside"):
+    with raises_bad_target("target 9999 at token 2 is outside"):
         bad = t.clone()
         bad[2] = 9999
         ct.linear_cross_entropy(x, w, bad)
-    with pytest.raises(ValueError, match="outside"):
+    with raises_bad_target("outside"):
         bad = t.clone()
         bad[1] = -7
         ct.cross_entropy(x @ w.T, bad)
@@ -536,7 +555,7 @@ def test_int32_targets_with_an_ignore_index_past_int32(device):
         assert torch.allclose(ct.linear_cross_entropy(x, w, t.int(), ignore_index=ii).cpu(), lr.cpu(), rtol=2e-5)
     bad = y.int().clone()
     bad[2] = torch.iinfo(torch.int32).min
-    with pytest.raises(ct.CeltuneInvalidArgument, match="target"):
+    with raises_bad_target("target"):
         ct.cross_entropy(z, bad, ignore_index=-2**40)
 
 
@@ -597,16 +616,16 @@ def test_bad_target_names_the_callers_values(device):
     for dt in (torch.int64, torch.int32):
         t = torch.tensor([1, 10, 2, 3], dtype=dt, device=device)
         # ignore_index inside [0, V) is mapped for the library; the message names the caller's.
-        with pytest.raises(ct.CeltuneInvalidArgument, match=r"target 10 at token 1 .*ignore_index \(3\)"):
+        with raises_bad_target(r"target 10 at token 1 .*ignore_index \(3\)"):
             ct.cross_entropy(z, t, ignore_index=3)
         # A target equal to the value ignore_index is mapped to is out of range, not ignored.
         low = torch.iinfo(dt).min
         t = torch.tensor([1, 3, low, 4], dtype=dt, device=device)
-        with pytest.raises(ct.CeltuneInvalidArgument, match=f"target {low} at token 2 "):
+        with raises_bad_target(f"target {low} at token 2 "):
             ct.cross_entropy(z, t, ignore_index=3, reduction="none")
         # H = 8: fp32 rows on CUDA must be 16-byte aligned, which H = 6 would be refused for first.
         x, w = torch.randn(4, 8, device=device), torch.randn(10, 8, device=device)
-        with pytest.raises(ct.CeltuneInvalidArgument, match=f"target {low} at token 2 "):
+        with raises_bad_target(f"target {low} at token 2 "):
             ct.linear_cross_entropy(x, w, t, ignore_index=3)
     # The same targets with ignore_index outside V: token 3's 3 is a real target.
     t = torch.tensor([1, 3, 7, 4], device=device)
@@ -615,14 +634,68 @@ def test_bad_target_names_the_callers_values(device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_target_check_modes(device, monkeypatch):
+    x, w, _, t = make(device, torch.float32)
+    bad = t.clone()
+    bad[2] = 9999
+    left_out = t.clone()
+    left_out[2] = -100
+    want = F.cross_entropy(F.linear(x.detach(), w.detach()), left_out)
+    # 0: no check; the token is left out of the loss, silently.
+    monkeypatch.setenv("CELTUNE_CHECK_TARGETS", "0")
+    assert rel(ct.linear_cross_entropy(x, w, bad).detach(), want) < 2e-5
+    monkeypatch.setenv("CELTUNE_CHECK_TARGETS", "maybe")
+    with pytest.raises(ct.CeltuneInvalidArgument, match="CELTUNE_CHECK_TARGETS is 'maybe'; expected async"):
+        ct.linear_cross_entropy(x, w, t)
+    for mode in ("sync", "1"):
+        monkeypatch.setenv("CELTUNE_CHECK_TARGETS", mode)
+        with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2 is outside.*-100[)]$"):
+            ct.linear_cross_entropy(x, w, bad)
+    monkeypatch.delenv("CELTUNE_CHECK_TARGETS")
+    if device == "cpu":  # the default checks at the call on the CPU, where that costs nothing
+        with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2 is outside"):
+            ct.linear_cross_entropy(x, w, bad)
+        ct.check_targets()  # nothing pending
+        return
+    # async, the default on CUDA: the call returns a loss without the token ...
+    assert rel(ct.linear_cross_entropy(x, w, bad).detach(), want) < 2e-5
+    torch.cuda.synchronize()
+    # ... and the next call on the device raises before it launches anything.
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2 .*in an earlier call"):
+        ct.cross_entropy(x.detach() @ w.detach().T, t)
+    ct.check_targets()  # read once: nothing left
+    # check_targets waits for the GPU: here the stream is still asleep when it is called.
+    for dev in (None, "cuda", 0, torch.device("cuda", 0)):
+        torch.cuda._sleep(50_000_000)
+        ct.cross_entropy(x.detach() @ w.detach().T, bad, inplace_backward=True)
+        with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2"):
+            ct.check_targets(dev)
+    # A busy stream does not let an error fall far behind: the host waits for
+    # the oldest flag once 8 are unread, so the 10th call raises.
+    torch.cuda._sleep(500_000_000)
+    ct.linear_cross_entropy(x, w, bad)
+    for _ in range(8):
+        ct.linear_cross_entropy(x, w, t)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2"):
+        ct.linear_cross_entropy(x, w, t)
+    ct.check_targets()  # the 8 sound calls' flags are read: nothing to raise
+    assert rel(ct.linear_cross_entropy(x, w, t).detach(), F.cross_entropy(F.linear(x.detach(), w.detach()), t)) < 2e-5
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_inplace_backward_leaves_logits_alone_on_bad_input(device, dtype):
+def test_inplace_backward_leaves_logits_alone_on_bad_input(device, dtype, monkeypatch):
     base = torch.randn(4, 10, device=device).to(dtype).requires_grad_()
     logits = base * 1
     before = logits.detach().clone()
+    # Checked at the call (the CPU's default; on CUDA, sync), the targets are
+    # read before the logits are overwritten. (Under async the error comes
+    # later and the logits hold dZ, as asked: test_target_check_modes.)
+    monkeypatch.setenv("CELTUNE_CHECK_TARGETS", "sync")
     with pytest.raises(ct.CeltuneInvalidArgument, match="target 99 at token 2"):
         ct.cross_entropy(logits, torch.tensor([1, 2, 99, 3], device=device), inplace_backward=True)
     assert torch.equal(logits.detach(), before)
+    monkeypatch.delenv("CELTUNE_CHECK_TARGETS")
     # A leaf that requires grad (a parameter) is never overwritten.
     with pytest.raises(ct.CeltuneInvalidArgument, match="leaf"):
         ct.cross_entropy(base, torch.tensor([1, 2, 3, 4], device=device), inplace_backward=True)

@@ -80,6 +80,28 @@ def main():
             os.environ["CELTUNE_CHECK_TARGETS"] = check
         gpu, wall = timed(fn)
         print(f"{name:29s} forward+backward: {gpu:7.3f} ms GPU (CUDA events), {wall:7.3f} ms wall")
+    # The host's cost per call, where the GPU work is too small to hide it:
+    # forward+backward back to back at a small shape, one synchronisation at
+    # the end of each batch of calls.
+    xs = torch.randn(1024, 256, device="cuda", requires_grad=True)
+    ws = (torch.randn(4096, 256, device="cuda") * 256 ** -0.5).requires_grad_()
+    ys = torch.randint(0, 4096, (1024,), device="cuda")
+
+    def small():
+        with amp:
+            ct.linear_cross_entropy(xs, ws, ys).backward()
+
+    for name, fn, check in [(c[0], small, c[2]) for c in cases[1:]]:
+        os.environ["CELTUNE_CHECK_TARGETS"] = check
+        walls = []
+        for rep in range(6):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - t0) / 200 * 1e6)
+        print(f"{name:29s} N=1024 H=256 V=4096, 200 calls back to back: {statistics.median(walls[1:]):7.1f} us a call (median of 5 batches)")
     for name, fn, check in cases[:2]:
         if check is not None:
             os.environ["CELTUNE_CHECK_TARGETS"] = check

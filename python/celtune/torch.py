@@ -18,6 +18,7 @@ PyTorch gives NaN (0/0), so a batch of padding does not poison training.
 from __future__ import annotations
 
 import collections
+import inspect
 import json
 import math
 import operator
@@ -27,6 +28,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from . import _lib
 from ._lib import CeltuneError, CeltuneInvalidArgument
@@ -120,40 +122,56 @@ def _check_mode(device: torch.device) -> str:
     return "sync" if mode == "async" and device.type != "cuda" else mode
 
 
-class _Flag:
-    """One call's bad-target flag on its way to the host."""
-    __slots__ = ("event", "host", "target", "vocab", "ignore_index")
+class _Flags:
+    """One device's bad-target flags on their way to the host, oldest first:
+    a pinned slot and an event each, reused once read (a pinned allocation
+    and a new event a call cost the host more than the check saved)."""
+    SLOTS = 2 * _MAX_PENDING
 
-    def __init__(self, bad: Tensor, target: Tensor, vocab: int, ignore_index: int):
-        self.host = torch.empty((), dtype=torch.int64, pin_memory=True)
-        self.host.copy_(bad, non_blocking=True)
-        self.event = torch.cuda.Event()
-        self.event.record(torch.cuda.current_stream(bad.device))
-        # Held for the message (N integers, until the flag is read).
-        self.target, self.vocab, self.ignore_index = target, vocab, ignore_index
+    def __init__(self):
+        self.host = torch.full((self.SLOTS,), -1, dtype=torch.int64, pin_memory=True)
+        self.slots = [self.host[i] for i in range(self.SLOTS)]
+        self.events = [torch.cuda.Event() for _ in range(self.SLOTS)]
+        self.free = list(range(self.SLOTS))
+        self.queue: collections.deque = collections.deque()  # (slot, target, vocab, ignore_index)
+
+    def push(self, bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
+        if not self.free:  # only when threads share the device: read them all first
+            self.settle(wait=True)
+        slot = self.free.pop()
+        self.slots[slot].copy_(bad, non_blocking=True)
+        self.events[slot].record(torch.cuda.current_stream(bad.device))
+        # The target is held for the message (N integers, until the flag is read).
+        self.queue.append((slot, target, vocab, ignore_index))
+
+    def settle(self, wait: bool) -> None:
+        """Reads the flags the GPU has passed (wait: all of them, waiting for
+        it), oldest first, and raises for the first bad target found; the
+        flags after it stay for the next check."""
+        while self.queue:
+            slot, target, vocab, ignore_index = self.queue[0]
+            event = self.events[slot]
+            if not (wait or len(self.queue) > _MAX_PENDING or event.query()):
+                return
+            event.synchronize()
+            self.queue.popleft()
+            i = int(self.slots[slot].item())
+            self.free.append(slot)
+            if i >= 0:
+                raise _bad_target_error(target, i, vocab, ignore_index,
+                                        " (in an earlier call, which left that token out of its loss and "
+                                        "gradients; CELTUNE_CHECK_TARGETS=sync raises at the call itself)")
 
 
-_pending: dict[int, "collections.deque[_Flag]"] = collections.defaultdict(collections.deque)
-_pending_lock = threading.Lock()
+_flags: dict[int, _Flags] = {}
+_flags_lock = threading.Lock()
 
 
 def _settle(index: int, wait: bool) -> None:
-    """Reads the flags of device index's earlier calls that the GPU has passed
-    (wait: all of them, waiting for the GPU), oldest first, and raises for the
-    first bad target found; the flags after it stay for the next check."""
-    with _pending_lock:
-        queue = _pending.get(index)
-        while queue:
-            flag = queue[0]
-            if not (wait or len(queue) > _MAX_PENDING or flag.event.query()):
-                return
-            flag.event.synchronize()
-            queue.popleft()
-            i = int(flag.host.item())
-            if i >= 0:
-                raise _bad_target_error(flag.target, i, flag.vocab, flag.ignore_index,
-                                        " (in an earlier call, which left that token out of its loss and "
-                                        "gradients; CELTUNE_CHECK_TARGETS=sync raises at the call itself)")
+    flags = _flags.get(index)
+    if flags is not None and flags.queue:
+        with _flags_lock:
+            flags.settle(wait)
 
 
 def check_targets(device=None) -> None:
@@ -164,8 +182,7 @@ def check_targets(device=None) -> None:
     stream and raised at a later call on that device, or here: call it where a
     step must be known sound (before a checkpoint, at the end of training)."""
     if device is None:
-        with _pending_lock:
-            indices = list(_pending)
+        indices = list(_flags)
     else:
         indices = [_device_index(torch.device("cuda", device) if isinstance(device, int) else torch.device(device))]
     for index in indices:
@@ -187,9 +204,11 @@ def _raise_bad_target(bad: Tensor, target: Tensor, vocab: int, ignore_index: int
     if mode == "async" and torch.cuda.is_current_stream_capturing():
         return  # a flag copied inside a CUDA graph capture is written only at replay
     if mode == "async":
-        flag = _Flag(bad, target, vocab, ignore_index)
-        with _pending_lock:
-            _pending[bad.device.index].append(flag)
+        with _flags_lock:
+            flags = _flags.get(bad.device.index)
+            if flags is None:
+                flags = _flags[bad.device.index] = _Flags()
+            flags.push(bad, target, vocab, ignore_index)
     elif mode == "sync":
         i = int(bad.item())
         if i >= 0:
@@ -292,6 +311,61 @@ def _f32(shape, like: Tensor) -> Tensor:
 
 
 # ---- the custom ops (opaque to torch.compile; fake impls give shapes) -------
+# A tracer (torch.compile, export, make_fx, functorch, fake or subclass
+# tensors) gets the custom op; an eager call runs its body directly. Going
+# through the dispatcher cost ~0.2 ms of the host's time per op call with
+# torch 2.11 on the H200's host (three calls a training step: 0.6 ms, where the
+# tiny-LM example's whole loss takes 2 ms of GPU time; fifty-fifth session), and
+# eager autograd needs none of it: the autograd.Functions below call the ops
+# with grad mode off, as the dispatcher would. A body that writes over an
+# argument moves its version counter, as the dispatcher does for mutates_args.
+
+
+def _tracing(args) -> bool:
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return True
+    if _get_current_dispatch_mode() is not None:
+        return True
+    return any(type(a) not in (Tensor, torch.nn.Parameter) for a in args if isinstance(a, Tensor))
+
+
+class _Op:
+    def __init__(self, name: str, fn, mutates_args: tuple[str, ...]):
+        self.fn = fn
+        self.op = torch.library.custom_op(name, fn, mutates_args=mutates_args)
+        params = list(inspect.signature(fn).parameters)
+        self.mutated = [params.index(m) for m in mutates_args]
+        self.register_fake = self.op.register_fake
+
+    def __call__(self, *args):
+        if _tracing(args):
+            return self.op(*args)
+        out = self.fn(*args)
+        for i in self.mutated:
+            torch.autograd.graph.increment_version(args[i])
+        return out
+
+
+def _op(name: str, mutates_args: tuple[str, ...] = ()):
+    return lambda fn: _Op(name, fn, mutates_args)
+
+
+# The upstream gradient of a forward call that computes the gradients: 1, read
+# by the kernels and never written; one per device, not a fill kernel a call.
+_ones: dict[int, Tensor] = {}
+
+
+def _one(device: torch.device) -> Tensor:
+    index = _device_index(device)
+    one = _ones.get(index)
+    if one is None:
+        one = torch.ones((), dtype=torch.float32, device=device)
+        if index >= 0:
+            torch.cuda.current_stream(index).synchronize()  # written before any stream reads it
+        one = _ones.setdefault(index, one)
+    return one
+
+
 # Each op runs one C API call on the caller's targets and ignore_index
 # (_kernel_targets maps them for the library inside the op). Gradients for mean
 # and sum are computed in the forward call with an upstream gradient of 1 (one
@@ -304,7 +378,7 @@ def _f32(shape, like: Tensor) -> Tensor:
 # ce_backward).
 
 
-@torch.library.custom_op("celtune::flce_forward", mutates_args=())
+@_op("celtune::flce_forward")
 def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], ignore_index: int,
                   reduction: int, label_smoothing: float, softcap: float, z_loss: float,
                   config: Optional[str], with_grad: bool
@@ -319,7 +393,7 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     tgt = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), x), _f32((N,), x), _f32((N,), x)
     bad = torch.empty((), dtype=torch.int64, device=x.device)
-    one = torch.ones((), dtype=torch.float32, device=x.device)
+    one = _one(x.device)
     dx = _dense_like(x) if with_grad else x.new_empty(0)
     dw = _dense_like(w) if with_grad else w.new_empty(0)
     db = _dense_like(bias) if with_grad and bias is not None else x.new_empty(0)
@@ -351,7 +425,7 @@ def _upstream(a, grad: Tensor, reduction: int) -> Tensor:
     return g  # the caller holds it until the call returns
 
 
-@torch.library.custom_op("celtune::flce_backward", mutates_args=())
+@_op("celtune::flce_backward")
 def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], grad: Tensor, reduction: int,
                    ignore_index: int, label_smoothing: float, softcap: float, z_loss: float,
                    config: Optional[str]) -> tuple[Tensor, Tensor, Tensor]:
@@ -378,7 +452,7 @@ def _(x, w, target, bias, grad, reduction, ignore_index, label_smoothing, softca
     return _dense_like(x), _dense_like(w), db
 
 
-@torch.library.custom_op("celtune::ce_forward", mutates_args=())
+@_op("celtune::ce_forward")
 def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: int, label_smoothing: float,
                 softcap: float, z_loss: float, config: Optional[str], with_grad: bool
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -399,7 +473,7 @@ def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
     return _f32((), logits), _f32((N,), logits), _f32((N,), logits), dz
 
 
-@torch.library.custom_op("celtune::ce_forward_inplace", mutates_args=("logits",))
+@_op("celtune::ce_forward_inplace", mutates_args=("logits",))
 def _ce_forward_inplace(logits: Tensor, target: Tensor, ignore_index: int, reduction: int,
                         label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]
                         ) -> tuple[Tensor, Tensor, Tensor]:
@@ -416,7 +490,7 @@ def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
     return _f32((), logits), _f32((N,), logits), _f32((N,), logits)
 
 
-@torch.library.custom_op("celtune::ce_backward", mutates_args=())
+@_op("celtune::ce_backward")
 def _ce_backward(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, ignore_index: int,
                  label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]) -> Tensor:
     logits = logits.contiguous()
@@ -433,7 +507,7 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
 
 # inplace_backward where the gradient waits for backward (fp16): dZ over the
 # logits then, from the logits still intact.
-@torch.library.custom_op("celtune::ce_backward_inplace", mutates_args=("logits",))
+@_op("celtune::ce_backward_inplace", mutates_args=("logits",))
 def _ce_backward_inplace(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, ignore_index: int,
                          label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]) -> None:
     if not logits.is_contiguous():
@@ -457,7 +531,7 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
 # the dZ of 16384 tokens at V = 128256 (3.01 here); and it rounded g to t's
 # dtype first, so a g of 0.37 scaled every bf16 gradient by 0.369140625
 # (docs/results.md, fortieth session).
-@torch.library.custom_op("celtune::scale", mutates_args=())
+@_op("celtune::scale")
 def _scale(t: Tensor, g: Tensor) -> Tensor:
     src = t.contiguous()
     out = _dense_like(src)  # as the fake's, whatever src's strides
@@ -484,7 +558,7 @@ def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smooth
     tgt = _kernel_targets(target, ignore_index, V)
     loss, token_loss, lse = _f32((), logits), _f32((N,), logits), _f32((N,), logits)
     bad = torch.empty((), dtype=torch.int64, device=logits.device)
-    one = torch.ones((), dtype=torch.float32, device=logits.device)
+    one = _one(logits.device)
     a.logits, a.targets, a.dz = _ptr(logits), _ptr(tgt), _ptr(dz)
     a.grad_scale = _ptr(one)
     g = _upstream(a, *upstream) if upstream is not None else None

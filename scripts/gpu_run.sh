@@ -89,8 +89,9 @@ for s in $steps; do
       # torch.compile's time (peer_bench.py); and the example's step with each
       # CELTUNE_CHECK_TARGETS mode (sync: one stream synchronisation a call), and with
       # the tuned row; and loss_profile.py's GPU and wall times and kernel table
-      # of the loss alone. On the H200 (fifty-fourth session) the example's step was
-      # 14.12 ms with celtune against 11.47 with F.cross_entropy. One log file.
+      # of the loss alone. One log file. (On the H200 the fifty-fourth session saw
+      # the example step in 14.12 ms with celtune against 11.47; the fifty-fifth
+      # traced it to the check's synchronisation and the host's noise.)
       export PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so
       shape=8192,512,32768 log=$OUT/tinylm.txt
       tiny() { python3 examples/train_tiny_lm.py 2>&1 | grep -E '^celtune config|^max|step time|^ +(F.cross_entropy|celtune) +[0-9]'; }

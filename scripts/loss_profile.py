@@ -7,10 +7,12 @@ bf16 autocast, so both paths include autocast's casts and the fp32 gradients).
 For each path: the median time of forward+backward over 30 calls, measured
 two ways (CUDA events around the GPU work, and the host's wall clock with a
 synchronisation at the end, which also counts launch gaps and any
-synchronisation inside the call), then a torch.profiler table of the GPU
-kernels over 5 calls, largest self time first. celtune runs with each
+synchronisation inside the call). celtune runs with each
 CELTUNE_CHECK_TARGETS mode: async (the default), sync (one stream
-synchronisation a call) and 0 (none).
+synchronisation a call) and 0 (none). Then the host's time a call at a small
+shape (N=1024, H=256, V=4096) in each mode, where the GPU work cannot hide it,
+and a torch.profiler table of the GPU kernels over 5 calls (eager, and celtune
+under async), largest self time first.
 
 Run on the GPU machine: python3 scripts/loss_profile.py [--shape N,H,V] [--rows 12]
 (PYTHONPATH=python and CELTUNE_LIBRARY pointing at the staged libceltune.so).

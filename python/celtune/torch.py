@@ -331,10 +331,11 @@ def _f32(shape, like: Tensor) -> Tensor:
 # A tracer (torch.compile, export, make_fx, functorch, fake or subclass
 # tensors) gets the custom op; an eager call runs its body directly. Skipping
 # the dispatcher's Python saved ~0.1 ms of host time a forward+backward (three
-# op calls) with torch 2.11 on the H200's host, 9-12% of a small step's
-# (fifty-fifth session), and eager autograd needs none of it: the autograd.Functions below call the ops
-# with grad mode off, as the dispatcher would. A body that writes over an
-# argument moves its version counter, as the dispatcher does for mutates_args.
+# op calls) with torch 2.11 on the H200's host, 9-12% of a small shape's
+# (fifty-fifth session), and eager autograd needs none of it: the
+# autograd.Functions below call the ops with grad mode off, as the dispatcher
+# would. A body that writes over an argument moves its version counter, as the
+# dispatcher does for mutates_args.
 
 
 def _tracing(args) -> bool:

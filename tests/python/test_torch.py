@@ -33,6 +33,7 @@ def raises_bad_target(match):
         yield
         ct.check_targets()
 
+
 # Option sets: (name, kwargs); each is also run with every reduction.
 OPTIONS = [
     ("plain", {}),
@@ -404,9 +405,9 @@ def test_torch_compile_fullgraph(device):
 @pytest.mark.parametrize("device", devices())
 def test_eager_calls_skip_the_dispatcher_and_tracers_see_the_ops(device):
     # Eager calls run the ops' bodies directly (the dispatcher's Python cost
-    # ~0.1 ms a forward+backward with torch 2.11); a compiled graph must still call the
-    # custom ops, whose fake kernels gave the tracer shapes. The profiler
-    # records each call through the dispatcher under the op's name.
+    # ~0.1 ms a forward+backward with torch 2.11); a compiled graph must still
+    # call the custom ops, whose fake kernels gave the tracer shapes. The
+    # profiler records each call through the dispatcher under the op's name.
     from torch.profiler import ProfilerActivity, profile
 
     def ops_called(fn):

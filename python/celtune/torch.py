@@ -92,8 +92,9 @@ def _run(fn, index: int, args) -> None:
     if index < 0:
         fn(ctx, args, 0)
         return
-    _settle(index, wait=False)
     with torch.cuda.device(index):
+        if not torch.cuda.is_current_stream_capturing():  # an event query would break a capture
+            _settle(index, wait=False)
         fn(ctx, args, torch.cuda.current_stream(index).cuda_stream)
 
 
@@ -108,20 +109,37 @@ def _run(fn, index: int, args) -> None:
 # later celtune call on that device (before it launches anything), or at
 # check_targets(), which waits. CELTUNE_CHECK_TARGETS=sync reads it at the
 # call; 0 skips the check (such targets are then silently ignored). On the CPU
-# both checking modes raise at the call, which costs nothing there.
-_CHECK_MODES = {"async": "async", "sync": "sync", "1": "sync", "0": "off", "off": "off"}
+# both checking modes raise at the call, which costs nothing there. Inside a
+# CUDA graph capture nothing is read or recorded (a flag copied there is
+# written only at replay), and sync is refused.
+_CHECK_MODES = {"": "async", "async": "async", "sync": "sync", "1": "sync", "0": "off", "off": "off"}
 # A flag is read at most this many calls after its own: beyond it the host
 # waits for the oldest, so an error is never more than a few calls late.
 _MAX_PENDING = 8
 
 
 def _check_mode(device: torch.device) -> str:
+    """The target check for a call on device: async, sync or off. Called before
+    the kernels run, so that a bad setting leaves nothing half done."""
     value = os.environ.get("CELTUNE_CHECK_TARGETS", "async")
     mode = _CHECK_MODES.get(value.strip().lower())
     if mode is None:
         raise CeltuneInvalidArgument(f"celtune: CELTUNE_CHECK_TARGETS is {value!r}; expected async (the "
-                                     f"default), sync, or 0 (no check)")
-    return "sync" if mode == "async" and device.type != "cuda" else mode
+                                     f"default), sync (or 1), or 0 (or off: no check)")
+    if device.type != "cuda":
+        return "sync" if mode == "async" else mode
+    if mode != "off" and _capturing(device.index):
+        if mode == "sync":
+            raise CeltuneInvalidArgument("celtune: CELTUNE_CHECK_TARGETS=sync reads a flag at every call, which "
+                                         "a CUDA graph capture cannot; use async (nothing is checked inside "
+                                         "the capture) or 0")
+        return "off"
+    return mode
+
+
+def _capturing(index: int) -> bool:
+    with torch.cuda.device(index):
+        return torch.cuda.is_current_stream_capturing()
 
 
 class _Flags:
@@ -135,23 +153,32 @@ class _Flags:
         self.slots = [self.host[i] for i in range(self.SLOTS)]
         self.events = [torch.cuda.Event() for _ in range(self.SLOTS)]
         self.free = list(range(self.SLOTS))
-        self.queue: collections.deque = collections.deque()  # (slot, target, vocab, ignore_index)
+        # (slot, target, its version then, vocab, ignore_index)
+        self.queue: collections.deque = collections.deque()
 
     def push(self, bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
+        error = None
         if not self.free:  # only when threads share the device: read them all first
-            self.settle(wait=True)
+            try:
+                self.settle(wait=True)
+            except CeltuneInvalidArgument as e:  # an earlier call's, raised once this one's is queued
+                error = e
         slot = self.free.pop()
         self.slots[slot].copy_(bad, non_blocking=True)
         self.events[slot].record(torch.cuda.current_stream(bad.device))
-        # The target is held for the message (N integers, until the flag is read).
-        self.queue.append((slot, target, vocab, ignore_index))
+        # The target is held for the message (N integers, until the flag is
+        # read), with its version: written over in place by then (a reused
+        # label buffer), its value is not named.
+        self.queue.append((slot, target, target._version, vocab, ignore_index))
+        if error is not None:
+            raise error
 
     def settle(self, wait: bool) -> None:
         """Reads the flags the GPU has passed (wait: all of them, waiting for
         it), oldest first, and raises for the first bad target found; the
         flags after it stay for the next check."""
         while self.queue:
-            slot, target, vocab, ignore_index = self.queue[0]
+            slot, target, version, vocab, ignore_index = self.queue[0]
             event = self.events[slot]
             if not (wait or len(self.queue) > _MAX_PENDING or event.query()):
                 return
@@ -160,7 +187,7 @@ class _Flags:
             i = int(self.slots[slot].item())
             self.free.append(slot)
             if i >= 0:
-                raise _bad_target_error(target, i, vocab, ignore_index,
+                raise _bad_target_error(target if target._version == version else None, i, vocab, ignore_index,
                                         " (in an earlier call, which left that token out of its loss and "
                                         "gradients; CELTUNE_CHECK_TARGETS=sync raises at the call itself)")
 
@@ -197,29 +224,39 @@ def check_targets(device=None) -> None:
     target outside [0, V) that was not ignore_index. Under the default
     CELTUNE_CHECK_TARGETS=async such a target is found without stalling the
     stream and raised at a later call on that device, or here: call it where a
-    step must be known sound (before a checkpoint, at the end of training)."""
+    step must be known sound (before a checkpoint, at the end of training).
+    The CPU checks at the call: nothing waits here for it."""
     if device is None:
         indices = list(_flags)
     else:
-        indices = [_device_index(torch.device("cuda", device) if isinstance(device, int) else torch.device(device))]
+        if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
+            raise CeltuneInvalidArgument(f"celtune: check_targets takes a device, its name or a CUDA index, "
+                                         f"got {device!r}")
+        try:
+            dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        except RuntimeError as e:
+            raise CeltuneInvalidArgument(f"celtune: check_targets: {e}") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise CeltuneInvalidArgument(f"celtune: tensors on {dev} are not supported (CUDA or CPU)")
+        indices = []
+        if dev.type == "cuda" and _flags:  # a device celtune never used (or none at all) has no flags
+            indices = [dev.index if dev.index is not None else torch.cuda.current_device()]
     for index in indices:
-        if index >= 0:
-            _settle(index, wait=True)
+        _settle(index, wait=True)
 
 
-def _bad_target_error(target: Tensor, i: int, vocab: int, ignore_index: int,
+def _bad_target_error(target: Optional[Tensor], i: int, vocab: int, ignore_index: int,
                       where: str = "") -> CeltuneInvalidArgument:
-    t = int(target.reshape(-1)[i].item())
-    return CeltuneInvalidArgument(f"celtune: target {t} at token {i} is outside [0, {vocab}) "
+    what = f"target {int(target.reshape(-1)[i].item())}" if target is not None else \
+        "the target (written over since, so its value is not known)"
+    return CeltuneInvalidArgument(f"celtune: {what} at token {i} is outside [0, {vocab}) "
                                   f"and is not ignore_index ({ignore_index}){where}")
 
 
-def _raise_bad_target(bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
-    # `target` and `ignore_index` are the caller's, not _kernel_targets' (the
-    # message names what the caller passed).
-    mode = _check_mode(bad.device)
-    if mode == "async" and torch.cuda.is_current_stream_capturing():
-        return  # a flag copied inside a CUDA graph capture is written only at replay
+def _raise_bad_target(mode: str, bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
+    # mode: _check_mode's, taken before the call. `target` and `ignore_index`
+    # are the caller's, not _kernel_targets' (the message names what the caller
+    # passed).
     if mode == "async":
         with _flags_lock:
             flags = _flags.get(bad.device.index)
@@ -338,12 +375,38 @@ def _f32(shape, like: Tensor) -> Tensor:
 # dispatcher does for mutates_args.
 
 
+def _key_bits(*names: str) -> int:
+    bits = 0
+    for name in names:
+        if hasattr(torch._C.DispatchKey, name):
+            bits |= torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, name)).raw_repr()
+    return bits
+
+
+_DENSE_CPU, _DENSE_CUDA = _key_bits("CPU"), _key_bits("CUDA")
+# Keys whose tensors the dispatcher resolves before a kernel sees the data: a
+# negative or conjugate view, a zero tensor (no storage), a functorch batch;
+# read through data_ptr() directly, a negative view gave +x's loss and an
+# upstream gradient of the wrong sign (a helper's probe, fifty-fifth session).
+_RESOLVED = _key_bits("Python", "Negative", "Conjugate", "ZeroTensor", "FuncTorchBatched", "Functionalize")
+
+
+def _plain(t: Tensor) -> bool:
+    """A dense CPU or CUDA tensor whose data_ptr() holds its values as they read.
+    (The old vmap's batched tensors, as autograd.grad(is_grads_batched=True)
+    passes, have neither key.)"""
+    if type(t) not in (Tensor, torch.nn.Parameter):
+        return False
+    bits = torch._C._dispatch_keys(t).raw_repr()
+    return ((bits & _DENSE_CPU) == _DENSE_CPU or (bits & _DENSE_CUDA) == _DENSE_CUDA) and not bits & _RESOLVED
+
+
 def _tracing(args) -> bool:
     if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         return True
     if _get_current_dispatch_mode() is not None:
         return True
-    return any(type(a) not in (Tensor, torch.nn.Parameter) for a in args if isinstance(a, Tensor))
+    return not all(_plain(a) for a in args if isinstance(a, Tensor))
 
 
 class _Op:
@@ -378,6 +441,8 @@ def _one(device: torch.device) -> Tensor:
     if one is None:
         one = torch.ones((), dtype=torch.float32, device=device)
         if index >= 0:
+            if _capturing(index):
+                return one  # filled only at the graph's replay: not one to keep
             torch.cuda.current_stream(index).synchronize()  # written before any stream reads it
         one = _ones.setdefault(index, one)
     return one
@@ -418,8 +483,9 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     a.grad_scale = _ptr(one)
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
     a.dx, a.dw, a.db, a.bad_target = _ptr(dx), _ptr(dw), _ptr(db), _ptr(bad)
+    check = _check_mode(x.device)
     _run(_lib.Context.flce, _device_index(x.device), a)
-    _raise_bad_target(bad, target, V, ignore_index)
+    _raise_bad_target(check, bad, target, V, ignore_index)
     return loss, token_loss, lse, dx, dw, db
 
 
@@ -580,9 +646,9 @@ def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smooth
     a.grad_scale = _ptr(one)
     g = _upstream(a, *upstream) if upstream is not None else None
     a.loss, a.token_loss, a.lse, a.bad_target = _ptr(loss), _ptr(token_loss), _ptr(lse), _ptr(bad)
+    check = _check_mode(logits.device) if upstream is None else "off"
     _run(_lib.Context.ce, _device_index(logits.device), a)
-    if upstream is None:
-        _raise_bad_target(bad, target, V, ignore_index)
+    _raise_bad_target(check, bad, target, V, ignore_index)
     return loss, token_loss, lse
 
 
@@ -807,10 +873,14 @@ def _autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
 
 
 def _tensors(*named) -> None:
-    # A list as target raised AttributeError ('list' object has no attribute 'numel').
+    # A list as target raised AttributeError ('list' object has no attribute 'numel');
+    # a sparse, mkldnn or nested tensor a bare RuntimeError from PyTorch.
     for name, t in named:
         if t is not None and not isinstance(t, Tensor):
             raise CeltuneInvalidArgument(f"celtune: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t is not None and (t.layout != torch.strided or t.is_nested):
+            raise CeltuneInvalidArgument(f"celtune: {name} must be a dense (strided) tensor, got "
+                                         f"{'a nested tensor' if t.is_nested else t.layout}")
 
 
 def _target_rows(target: Tensor, lead, rows: int, what: str) -> Tensor:
@@ -888,9 +958,9 @@ def _prepare_ce(input: Tensor, target: Tensor):
                                      f"got shape {tuple(input.shape)}")
     V = input.shape[-1]
     z = _flatten(input, V, "N x V (logits)")
-    flat = _target_rows(target, input.shape[:-1], z.shape[0], f"logits have {z.shape[0]} rows")
-    if target.is_floating_point():
+    if target.is_floating_point():  # before the count: probabilities [N, V] have N·V elements
         raise CeltuneInvalidArgument("celtune: targets must be class indices (int64 or int32), not probabilities")
+    flat = _target_rows(target, input.shape[:-1], z.shape[0], f"logits have {z.shape[0]} rows")
     _same_device(("logits", input), ("target", target))
     _device_index(z.device)  # a meta tensor came back as a meta loss, through the fake kernel
     return z, flat
@@ -965,6 +1035,15 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
         raise CeltuneInvalidArgument("celtune: inplace_backward writes the gradient over the logits, and these are "
                                      "a leaf tensor that requires grad, or a view of one (a parameter's data would "
                                      "be lost): pass logits computed from it, or inplace_backward=False")
+    # Under allow_mutation_on_saved_tensors autograd keeps a copy of a saved
+    # tensor before an op writes over it, but a custom op moves the version
+    # counter before it runs, so the copy was never made: the backward of
+    # whatever saved the logits read dZ, silently (0.89 relative error in dX;
+    # a helper's probe, fifty-fifth session). Outside it autograd refuses.
+    if inplace and getattr(torch.autograd.graph, "_allow_mutation_on_saved_tensors_enabled", False):
+        raise CeltuneInvalidArgument("celtune: inplace_backward cannot run under "
+                                     "torch.autograd.graph.allow_mutation_on_saved_tensors() (the logits' saved "
+                                     "copy would not be made): pass inplace_backward=False")
     loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, *opts, with_grad, inplace)
     return token_loss.view(target.shape) if red == _lib.NONE else loss
 
@@ -1002,6 +1081,11 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
             "device": "cpu" if index < 0 else f"cuda:{index}"}
 
 
+def _module_repr(module: torch.nn.Module, **defaults) -> str:
+    """The options that differ from their defaults, as nn.CrossEntropyLoss's repr would."""
+    return ", ".join(f"{k}={getattr(module, k)!r}" for k, d in defaults.items() if getattr(module, k) != d)
+
+
 class LinearCrossEntropy(torch.nn.Module):
     """nn.Module form of linear_cross_entropy: forward(input, weight, target, bias=None)."""
 
@@ -1010,6 +1094,10 @@ class LinearCrossEntropy(torch.nn.Module):
         super().__init__()
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
         self.softcap, self.z_loss, self.config = softcap, z_loss, config
+
+    def extra_repr(self) -> str:
+        return _module_repr(self, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None,
+                            z_loss=0.0, config=None)
 
     def forward(self, input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         return linear_cross_entropy(input, weight, target, bias, ignore_index=self.ignore_index,
@@ -1026,6 +1114,10 @@ class CrossEntropy(torch.nn.Module):
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
         self.softcap, self.z_loss, self.config = softcap, z_loss, config
         self.inplace_backward = inplace_backward
+
+    def extra_repr(self) -> str:
+        return _module_repr(self, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None,
+                            z_loss=0.0, config=None, inplace_backward=False)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,

@@ -741,7 +741,7 @@ def test_a_cuda_graph_captures_a_call_with_a_flag_pending(monkeypatch):
     xs, ts = x.detach().clone(), t.clone()
     torch.cuda._sleep(50_000_000)
     ct.linear_cross_entropy(xs, w.detach(), ts)  # also allocates the library's scratch before capture
-    graph = torch.cuda.Graph()
+    graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         loss = ct.linear_cross_entropy(xs, w.detach(), ts)
     xs.copy_(x.detach() * 0.5)
@@ -750,7 +750,7 @@ def test_a_cuda_graph_captures_a_call_with_a_flag_pending(monkeypatch):
     assert rel(loss, F.cross_entropy(F.linear(xs, w.detach()), ts)) < 2e-5
     monkeypatch.setenv("CELTUNE_CHECK_TARGETS", "sync")
     with pytest.raises(ct.CeltuneInvalidArgument, match="sync reads a flag at every call, which a CUDA graph"):
-        with torch.cuda.graph(torch.cuda.Graph()):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
             ct.linear_cross_entropy(xs, w.detach(), ts)
 
 

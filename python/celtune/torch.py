@@ -874,7 +874,11 @@ def _autocast_dtype(device: torch.device) -> Optional[torch.dtype]:
 
 def _tensors(*named) -> None:
     # A list as target raised AttributeError ('list' object has no attribute 'numel');
-    # a sparse, mkldnn or nested tensor a bare RuntimeError from PyTorch.
+    # a sparse, mkldnn or nested tensor a bare RuntimeError from PyTorch; and a
+    # torch.func transform PyTorch's own error about setup_context.
+    if torch._C._are_functorch_transforms_active():
+        raise CeltuneInvalidArgument("celtune: torch.func transforms (grad, vmap, jacrev, jvp, ...) are not "
+                                     "supported: the ops give first derivatives through torch.autograd only")
     for name, t in named:
         if t is not None and not isinstance(t, Tensor):
             raise CeltuneInvalidArgument(f"celtune: {name} must be a torch.Tensor, got {type(t).__name__}")

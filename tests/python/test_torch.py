@@ -1016,3 +1016,14 @@ def test_tiny_lm_example_runs_on_the_cpu():
     rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["0"]]
     assert len(rows) == 1 and rows[0][1] == rows[0][2], out
     assert "max |loss difference| over 3 steps" in out and "celtune" in out.splitlines()[-1], out
+
+
+def test_torch_func_transforms_are_refused_clearly():
+    x, w, _, t = make("cpu", torch.float32)
+    xd, wd = x.detach(), w.detach()
+    for transform in (lambda: torch.func.grad(lambda a: ct.linear_cross_entropy(a, wd, t))(xd),
+                      lambda: torch.func.vmap(lambda a: ct.cross_entropy(a, t))(torch.randn(3, 37, 61)),
+                      lambda: torch.func.jacrev(lambda a: ct.linear_cross_entropy(a, wd, t))(xd),
+                      lambda: torch.func.jvp(lambda a: ct.linear_cross_entropy(a, wd, t), (xd,), (xd,))):
+        with pytest.raises(ct.CeltuneInvalidArgument, match="torch.func transforms .* are not supported"):
+            transform()

@@ -236,11 +236,10 @@ def check_targets(device=None) -> None:
             dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         except RuntimeError as e:
             raise CeltuneInvalidArgument(f"celtune: check_targets: {e}") from None
-        if dev.type not in ("cpu", "cuda"):
-            raise CeltuneInvalidArgument(f"celtune: tensors on {dev} are not supported (CUDA or CPU)")
-        indices = []
-        if dev.type == "cuda" and _flags:  # a device celtune never used (or none at all) has no flags
-            indices = [dev.index if dev.index is not None else torch.cuda.current_device()]
+        if dev.type == "cuda" and not _flags:  # no call there yet (or no CUDA at all): nothing to read
+            return
+        index = _device_index(dev)  # refuses a device type the ops refuse
+        indices = [index] if index >= 0 else []
     for index in indices:
         _settle(index, wait=True)
 
@@ -1085,12 +1084,15 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
             "device": "cpu" if index < 0 else f"cuda:{index}"}
 
 
-def _module_repr(module: torch.nn.Module, **defaults) -> str:
-    """The options that differ from their defaults, as nn.CrossEntropyLoss's repr would."""
-    return ", ".join(f"{k}={getattr(module, k)!r}" for k, d in defaults.items() if getattr(module, k) != d)
+class _Loss(torch.nn.Module):
+    def extra_repr(self) -> str:
+        """The options that differ from __init__'s defaults, as nn.CrossEntropyLoss's repr shows them."""
+        options = list(inspect.signature(type(self).__init__).parameters.values())[1:]
+        return ", ".join(f"{o.name}={getattr(self, o.name)!r}" for o in options
+                         if getattr(self, o.name) != o.default)
 
 
-class LinearCrossEntropy(torch.nn.Module):
+class LinearCrossEntropy(_Loss):
     """nn.Module form of linear_cross_entropy: forward(input, weight, target, bias=None)."""
 
     def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
@@ -1099,17 +1101,13 @@ class LinearCrossEntropy(torch.nn.Module):
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
         self.softcap, self.z_loss, self.config = softcap, z_loss, config
 
-    def extra_repr(self) -> str:
-        return _module_repr(self, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None,
-                            z_loss=0.0, config=None)
-
     def forward(self, input: Tensor, weight: Tensor, target: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         return linear_cross_entropy(input, weight, target, bias, ignore_index=self.ignore_index,
                                     reduction=self.reduction, label_smoothing=self.label_smoothing,
                                     softcap=self.softcap, z_loss=self.z_loss, config=self.config)
 
 
-class CrossEntropy(torch.nn.Module):
+class CrossEntropy(_Loss):
     """nn.Module form of cross_entropy: forward(logits, target)."""
 
     def __init__(self, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
@@ -1118,10 +1116,6 @@ class CrossEntropy(torch.nn.Module):
         self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
         self.softcap, self.z_loss, self.config = softcap, z_loss, config
         self.inplace_backward = inplace_backward
-
-    def extra_repr(self) -> str:
-        return _module_repr(self, ignore_index=-100, reduction="mean", label_smoothing=0.0, softcap=None,
-                            z_loss=0.0, config=None, inplace_backward=False)
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:
         return cross_entropy(input, target, ignore_index=self.ignore_index, reduction=self.reduction,

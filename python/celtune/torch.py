@@ -268,19 +268,6 @@ def _raise_bad_target(mode: str, bad: Tensor, target: Tensor, vocab: int, ignore
             raise _bad_target_error(target, i, vocab, ignore_index)
 
 
-def _check_targets_first(target: Tensor, vocab: int, ignore_index: int) -> None:
-    # For a call that writes over its input (inplace_backward) with the check at
-    # the call: the kernels report a bad target only after they ran, when the
-    # logits would already hold dZ, so the targets are checked before (one more
-    # synchronisation on a GPU). Under async the flag reports it later, as for
-    # any call, and the logits hold dZ as asked.
-    if _check_mode(target.device) != "sync":
-        return
-    bad = ~_is_ignored(target, ignore_index) & ((target < 0) | (target >= vocab))
-    if bool(bad.any()):
-        raise _bad_target_error(target, int(bad.nonzero()[0, 0].item()), vocab, ignore_index)
-
-
 def _holds(dtype: torch.dtype, value: int) -> bool:
     """Whether an integer dtype holds value (a float dtype: taken as holding it)."""
     if dtype.is_floating_point:
@@ -448,15 +435,16 @@ def _one(device: torch.device) -> Tensor:
 
 
 # Each op runs one C API call on the caller's targets and ignore_index
-# (_kernel_targets maps them for the library inside the op). Gradients for mean
-# and sum are computed in the forward call with an upstream gradient of 1 (one
-# pass over the logits, as the fused kernels intend) and scaled in backward.
-# Reduction none needs the per-token upstream gradient, and fp16 the upstream
-# gradient before its dZ is rounded (a loss scale keeps small gradients above
-# fp16's underflow only if it is applied first: in the forward call, 52% of a
+# (_kernel_targets maps them for the library inside the op). flce's gradients
+# for mean and sum are computed in the forward call with an upstream gradient
+# of 1 (one pass over the logits, as the fused kernels intend, where
+# recomputing them would repeat the GEMMs) and scaled in backward. Reduction
+# none needs the per-token upstream gradient, and fp16 the upstream gradient
+# before its dZ is rounded (a loss scale keeps small gradients above fp16's
+# underflow only if it is applied first: in the forward call, 52% of a
 # [256, 2048] dZ rounded to zero under a loss scale of 8192, against 0.2% in
-# PyTorch; tests/python), so their backward recomputes with it (flce_backward,
-# ce_backward).
+# PyTorch; tests/python), so their backward recomputes with it (flce_backward).
+# ce's backward always does (ce_backward; _CrossEntropy says why).
 
 
 @_op("celtune::flce_forward")
@@ -536,37 +524,15 @@ def _(x, w, target, bias, grad, reduction, ignore_index, label_smoothing, softca
 
 @_op("celtune::ce_forward")
 def _ce_forward(logits: Tensor, target: Tensor, ignore_index: int, reduction: int, label_smoothing: float,
-                softcap: float, z_loss: float, config: Optional[str], with_grad: bool
-                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    mode = _lib.FORWARD_BACKWARD if with_grad else _lib.FORWARD
+                softcap: float, z_loss: float, config: Optional[str]) -> tuple[Tensor, Tensor, Tensor]:
     _check_before_copy(lambda: _ce_args(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss,
-                                        config, mode), logits)
+                                        config, _lib.FORWARD), logits)
     logits = logits.contiguous()
-    dz = _dense_like(logits) if with_grad else logits.new_empty(0)
-    loss, token_loss, lse = _ce_call(logits, target, dz, None, ignore_index, reduction, label_smoothing,
-                                     softcap, z_loss, config, with_grad)
-    return loss, token_loss, lse, dz
+    return _ce_call(logits, target, logits.new_empty(0), None, ignore_index, reduction, label_smoothing,
+                    softcap, z_loss, config, False)
 
 
 @_ce_forward.register_fake
-def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, with_grad):
-    N = logits.shape[0]
-    dz = _dense_like(logits) if with_grad else logits.new_empty(0)
-    return _f32((), logits), _f32((N,), logits), _f32((N,), logits), dz
-
-
-@_op("celtune::ce_forward_inplace", mutates_args=("logits",))
-def _ce_forward_inplace(logits: Tensor, target: Tensor, ignore_index: int, reduction: int,
-                        label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]
-                        ) -> tuple[Tensor, Tensor, Tensor]:
-    if not logits.is_contiguous():
-        raise CeltuneInvalidArgument("celtune: inplace_backward needs contiguous logits")
-    _check_targets_first(target, logits.shape[1], ignore_index)
-    return _ce_call(logits, target, logits, None, ignore_index, reduction, label_smoothing,
-                    softcap, z_loss, config, True)
-
-
-@_ce_forward_inplace.register_fake
 def _(logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config):
     N = logits.shape[0]
     return _f32((), logits), _f32((N,), logits), _f32((N,), logits)
@@ -587,8 +553,7 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
     return _dense_like(logits)
 
 
-# inplace_backward where the gradient waits for backward (fp16): dZ over the
-# logits then, from the logits still intact.
+# inplace_backward: dZ over the logits, in backward, from the logits still intact.
 @_op("celtune::ce_backward_inplace", mutates_args=("logits",))
 def _ce_backward_inplace(logits: Tensor, target: Tensor, grad: Tensor, reduction: int, ignore_index: int,
                          label_smoothing: float, softcap: float, z_loss: float, config: Optional[str]) -> None:
@@ -613,16 +578,47 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
 # the dZ of 16384 tokens at V = 128256 (3.01 here); and it rounded g to t's
 # dtype first, so a g of 0.37 scaled every bf16 gradient by 0.369140625
 # (docs/results.md, fortieth session).
-@_op("celtune::scale")
-def _scale(t: Tensor, g: Tensor) -> Tensor:
-    src = t.contiguous()
-    out = _dense_like(src)  # as the fake's, whatever src's strides
+def _scale_into(out: Tensor, src: Tensor, g: Tensor) -> Tensor:
     if src.numel():
         g = g.to(device=src.device, dtype=torch.float32).contiguous()
         code = _dtype_code(src, "gradient")
         _run(lambda ctx, _, stream: ctx.scale(_ptr(out), _ptr(src), src.numel(), code, _ptr(g), stream),
              _device_index(src.device), None)
     return out
+
+
+@_op("celtune::scale")
+def _scale(t: Tensor, g: Tensor) -> Tensor:
+    src = t.contiguous()
+    return _scale_into(_dense_like(src), src, g)  # as the fake's, whatever src's strides
+
+
+def _keep_graph() -> bool:
+    """Whether the running backward retains its graph (True outside one, or where torch cannot say)."""
+    return getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", lambda: True)()
+
+
+def _scaled(saved: tuple, g: Tensor) -> tuple:
+    """The saved gradients times g, for backward to return.
+
+    In place where nothing reads them again: an eager backward whose graph is
+    not retained frees its saved tensors once it returns, and autograd then
+    takes the returned tensor as the parameter's .grad without a copy. The
+    out-of-place product held a second copy of each gradient through backward:
+    1002 MiB more peak memory for Llama-3-8B's dW (V = 128256, H = 4096, bf16),
+    4008 MiB for ce's dZ at 16384 of its tokens (docs/results.md, fifty-sixth
+    session). A
+    retained graph (retain_graph=True) reads them again, and a tracer needs the
+    functional op (asked first: dynamo cannot trace _keep_graph): both keep
+    it. Tensors that are not plain dense ones (a batched or special upstream
+    gradient) take the op too (_tracing).
+    """
+    if _tracing((g, *saved)) or _keep_graph() or not all(t.is_contiguous() for t in saved):
+        return tuple(_scale(t, g) for t in saved)
+    for t in saved:
+        _scale_into(t, t, g)
+        torch.autograd.graph.increment_version(t)
+    return saved
 
 
 @_scale.register_fake
@@ -701,53 +697,42 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if dx.numel() == 0 and dw.numel() == 0:
             raise RuntimeError("celtune: the forward ran without gradients (no input required grad)")
         g = grad_loss.to(torch.float32)
-        return (_scale(dx, g), _scale(dw, g), None, _scale(db, g) if ctx.has_bias else None, *([None] * 7))
+        dx, dw, db = _scaled((dx, dw, db), g) if ctx.has_bias else (*_scaled((dx, dw), g), None)
+        return (dx, dw, None, db, *([None] * 7))
 
 
 class _CrossEntropy(torch.autograd.Function):
+    # The gradient waits for backward at every dtype and reduction: the forward
+    # reads the logits once for the loss, and backward reads them again and
+    # writes dZ with the upstream gradient in it. Formed in the forward with an
+    # upstream gradient of 1 (flce's way, which saves recomputing its GEMMs),
+    # dZ took a scaling pass in backward, one more read and write of N × V, and
+    # was held from forward to backward: 4.71 ms a step at 16384 × 128256 bf16
+    # on the H200 where QuACK's cross_entropy takes 3.42 (docs/results.md,
+    # fifty-sixth session).
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
                 with_grad, inplace):
-        ctx.deferred = _deferred(reduction, logits.dtype)
-        if ctx.deferred:
-            loss, token_loss, _, _ = _ce_forward(logits, target, ignore_index, reduction, label_smoothing,
-                                                 softcap, z_loss, config, False)
-            ctx.save_for_backward(logits, target)
-            # In place (mean, sum): dZ goes over the logits in backward, from the
-            # logits saved intact; their version counter moves then, so a second
-            # backward (retain_graph) or another user of them is refused.
-            ctx.inplace = inplace and reduction != _lib.NONE
-            ctx.opts = (reduction, ignore_index, label_smoothing, softcap, z_loss, config)
-            ctx.mark_non_differentiable(loss if reduction == _lib.NONE else token_loss)
-            return loss, token_loss
-        if with_grad and inplace:
-            # dZ overwrites the logits: one [N, V] buffer fewer. The logits'
-            # version counter moves, so autograd refuses a backward of anything
-            # else that saved them, rather than reading dZ as logits.
-            loss, token_loss, _ = _ce_forward_inplace(logits, target, ignore_index, reduction, label_smoothing,
-                                                      softcap, z_loss, config)
-            dz = logits
-        else:
-            loss, token_loss, _, dz = _ce_forward(logits, target, ignore_index, reduction, label_smoothing,
-                                                  softcap, z_loss, config, with_grad)
-        ctx.save_for_backward(dz)
-        ctx.mark_non_differentiable(token_loss)
+        loss, token_loss, _ = _ce_forward(logits, target, ignore_index, reduction, label_smoothing, softcap,
+                                          z_loss, config)
+        ctx.save_for_backward(logits, target)
+        # In place (mean, sum): dZ goes over the logits in backward, from the
+        # logits saved intact; their version counter moves then, so a second
+        # backward (retain_graph) or another user of them is refused.
+        ctx.inplace = inplace and reduction != _lib.NONE
+        ctx.opts = (reduction, ignore_index, label_smoothing, softcap, z_loss, config)
+        ctx.mark_non_differentiable(loss if reduction == _lib.NONE else token_loss)
         return loss, token_loss
 
     @staticmethod
     def backward(ctx, grad_loss, grad_token_loss):
         _refuse_double_backward()
-        if ctx.deferred:
-            logits, target = ctx.saved_tensors
-            grad = grad_token_loss if ctx.opts[0] == _lib.NONE else grad_loss
-            if ctx.inplace:
-                _ce_backward_inplace(logits, target, grad, *ctx.opts)
-                return (logits, *([None] * 9))
-            return (_ce_backward(logits, target, grad, *ctx.opts), *([None] * 9))
-        (dz,) = ctx.saved_tensors
-        if dz.numel() == 0:
-            raise RuntimeError("celtune: the forward ran without gradients (logits did not require grad)")
-        return (_scale(dz, grad_loss.to(torch.float32)), *([None] * 9))
+        logits, target = ctx.saved_tensors
+        grad = grad_token_loss if ctx.opts[0] == _lib.NONE else grad_loss
+        if ctx.inplace:
+            _ce_backward_inplace(logits, target, grad, *ctx.opts)
+            return (logits, *([None] * 9))
+        return (_ce_backward(logits, target, grad, *ctx.opts), *([None] * 9))
 
 
 # ---- the public functions -----------------------------------------------------
@@ -1012,12 +997,12 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     The classes are the last dimension, as a language model's logits are, not
     dim 1 as F.cross_entropy takes them for inputs of more than two dimensions.
     Options as linear_cross_entropy's. inplace_backward=True (reduction mean or
-    sum) writes the logits' gradient over the logits, saving one [N, V] buffer:
-    in the forward call (fp16: in backward), so the logits are destroyed and
-    nothing else may use them afterwards (autograd refuses a backward that needs
-    them); the logits must not be a leaf that requires grad, nor a view of
-    one, and their targets are checked before anything is written. The logits
-    keep their dtype under autocast (the kernels accumulate in fp32 either way).
+    sum) writes the logits' gradient over the logits in backward, saving one
+    [N, V] buffer, so the logits are destroyed then and nothing may use them
+    afterwards (autograd refuses a backward that needs them, a second one
+    through a retained graph included); the logits must not be a leaf that
+    requires grad, nor a view of one. The logits keep their dtype under
+    autocast (the kernels accumulate in fp32 either way).
 
     Differences from F.cross_entropy: reduction "mean" over zero valid tokens
     gives 0, not NaN; probabilities as targets and class weights are not supported.

@@ -229,9 +229,27 @@ for s in $steps; do
       cat "$OUT/variants_fwd.txt" "$OUT/variants_fwdbwd.txt"
       ;;
     peers)
-      # torch.compile of the plain PyTorch FLCE, the everyday peer, same method.
-      PYTHONUNBUFFERED=1 timeout ${PEERS_TIMEOUT:-400} python3 scripts/peer_bench.py ${PEERS_SHAPES:+--shapes $PEERS_SHAPES} \
-        >"$OUT/peers.txt" 2>"$OUT/peers.err"; note "peers (torch.compile): exit $?"
+      # celtune against the peers (scripts/peer_bench.py, one process, the same
+      # method): PEERS (default torch.compile alone; "compile,celtune,liger,cce,
+      # cce-exact,quack,floor" for all), PEERS_SHAPES, PEERS_CE_SHAPES,
+      # PEERS_MODES, PEERS_RUNS. Peers missing from the machine's image travel
+      # as wheels in .whl/ (carry it), unpacked into PEERS_SITE (default
+      # /tmp/site) with python3 -m zipfile, not pip: the CUTLASS DSL's three
+      # wheels share one package folder, which pip --target replaces where
+      # unzipping merges, and a folder an earlier call filled on the same warm
+      # machine (its 88 MB wheel, too large to carry with the rest) keeps what
+      # it holds. The DSL's .pth file is not read from PYTHONPATH: its folder
+      # is added here.
+      site=${PEERS_SITE:-/tmp/site}
+      mkdir -p "$site"
+      for w in .whl/*.whl; do [ -e "$w" ] && python3 -m zipfile -e "$w" "$site"; done
+      pypath=$PWD/python:$site
+      [ -d "$site/nvidia_cutlass_dsl/dsl_packages" ] && pypath=$pypath:$site/nvidia_cutlass_dsl/dsl_packages
+      PYTHONPATH=$pypath CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so PYTHONUNBUFFERED=1 \
+        timeout ${PEERS_TIMEOUT:-400} python3 scripts/peer_bench.py --peers "${PEERS:-compile}" \
+        ${PEERS_SHAPES:+--shapes $PEERS_SHAPES} ${PEERS_CE_SHAPES:+--ce-shapes $PEERS_CE_SHAPES} \
+        ${PEERS_MODES:+--modes $PEERS_MODES} ${PEERS_RUNS:+--runs $PEERS_RUNS} --json "$OUT/peers.json" \
+        >"$OUT/peers.txt" 2>"$OUT/peers.err"; note "peers (${PEERS:-compile}): exit $?"
       tail -3 "$OUT/peers.err"; cat "$OUT/peers.txt"
       ;;
     lookup)

@@ -234,13 +234,15 @@ for s in $steps; do
       # cce-exact,quack,floor" for all), PEERS_SHAPES, PEERS_CE_SHAPES,
       # PEERS_MODES, PEERS_RUNS. Peers missing from the machine's image travel
       # as wheels in .whl/ (carry it), unpacked into PEERS_SITE (default
-      # /tmp/site) with python3 -m zipfile, not pip: the CUTLASS DSL's three
+      # /tmp/peers/site-packages: QuACK fingerprints the source of any function
+      # outside a folder of that name as its own, and refused the CUTLASS DSL's
+      # module globals) with python3 -m zipfile, not pip: the CUTLASS DSL's three
       # wheels share one package folder, which pip --target replaces where
       # unzipping merges, and a folder an earlier call filled on the same warm
       # machine (its 88 MB wheel, too large to carry with the rest) keeps what
       # it holds. The DSL's .pth file is not read from PYTHONPATH: its folder
       # is added here.
-      site=${PEERS_SITE:-/tmp/site}
+      site=${PEERS_SITE:-/tmp/peers/site-packages}
       mkdir -p "$site"
       for w in .whl/*.whl; do [ -e "$w" ] && python3 -m zipfile -e "$w" "$site"; done
       pypath=$PWD/python:$site

@@ -10,8 +10,9 @@ support a shape says so on its line and the others go on):
   cce        Apple's Cut Cross-Entropy, as shipped (filter_eps "high": gradient
              entries under a bf16-epsilon threshold are skipped)
   cce-exact  the same with filter_eps=None (no skipped gradient entries)
-  quack      QuACK's chunked_linear_cross_entropy (chunk 4096, its Hopper
-             pipeline where eligible) / cross_entropy; no softcap
+  quack      QuACK's chunked_linear_cross_entropy (chunks of 4096 rows, 2048
+             where H = 4096; its Hopper pipeline where eligible) /
+             cross_entropy; no softcap
   floor      the work no implementation avoids, timed the same way: flce the
              cuBLAS GEMMs of forward (1) or forward+backward (3) at bf16; ce a
              copy of the logits' bytes (forward: half of them each way)
@@ -106,7 +107,9 @@ def peer_quack(family, softcap):
         raise Unsupported("no softcap")
     if family == "flce":
         from quack.linear_cross_entropy import chunked_linear_cross_entropy
-        return lambda x, w, y: chunked_linear_cross_entropy(x, w, y, chunk_size=4096)
+        # Its default chunk of 4096 rows, but 2048 where H = 4096: QuACK 0.6.5
+        # refuses an epilogue whose m equals n ("row/col inference ambiguous").
+        return lambda x, w, y: chunked_linear_cross_entropy(x, w, y, chunk_size=4096 if x.shape[-1] != 4096 else 2048)
     from quack.cross_entropy import cross_entropy
     return lambda z, y: cross_entropy(z, y)
 

@@ -145,7 +145,8 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
  * fp32, rounded once to the dtype (to nearest even), on the context's device and
  * stream. An element that is zero stays as it is, whatever the scale (inf and
  * NaN included): a zero gradient is an ignored token's, which PyTorch leaves
- * zero whatever the upstream gradient. dst may equal src (in place) but may not overlap it otherwise. For
+ * zero whatever the upstream gradient. dst may equal src (in place) but may not overlap it otherwise; in
+ * place with *scale == 1 the call leaves memory untouched (no pass over it). For
  * gradients a call computed with grad_scale 1, scaled afterwards by an upstream
  * gradient known only then (the Python package's backward for mean and sum): a
  * 16-bit tensor times a CUDA fp32 scalar is PyTorch's slow mixed-dtype path,

@@ -555,6 +555,7 @@ celtune_status celtune_scale(celtune_context* ctx, void* dst, const void* src, i
       // before it is written), and n may be past what a vector can hold. A zero
       // stays as it is, as in the CUDA kernel (scale.cu says why).
       const float g = *scale;
+      if (dst == src && g == 1.0f) return;  // nothing changes (scale.cu)
       auto scaled = [g](float x) { return x == 0.0f ? x : x * g; };
       if (t == DType::fp32) {
         for (int64_t k = 0; k < n; ++k) static_cast<float*>(dst)[k] = scaled(static_cast<const float*>(src)[k]);

@@ -368,6 +368,21 @@ def test_scale_kernel_edges(device):
             inplace = base[1:1 + n].clone()
             scale(inplace, inplace, g)
             assert torch.equal(inplace, (base[1:1 + n].float() * g).to(dtype))
+    # In place by 1 (loss.backward() on a mean or sum) leaves the memory alone,
+    # bit for bit: a signalling NaN stays one, where the product by 1 quiets it
+    # (so a kernel that multiplied fails here); out of place it is the copy.
+    one = torch.tensor(1.0, device=device)
+    for dtype, idt, snan in ((torch.bfloat16, torch.int16, 0x7F81), (torch.float16, torch.int16, 0x7C01),
+                             (torch.float32, torch.int32, 0x7F800001)):
+        bits = torch.tensor([snan, 0, 1, -1, snan, 7] * 700, dtype=idt, device=device)
+        t = bits.clone().view(dtype)
+        scale(t, t, one)
+        assert torch.equal(t.view(idt), bits), dtype
+        out = torch.zeros_like(t)
+        scale(out, t, one)
+        finite = torch.isfinite(t)
+        assert torch.equal(out[finite], t[finite]) and out[~finite].isnan().all()
+        assert not torch.equal(out.view(idt), bits)  # the NaNs quietened: the product ran
 
 
 @pytest.mark.parametrize("device", devices())

@@ -224,6 +224,20 @@ TEST_CASE("celtune_scale on a CPU context: the product in fp32, rounded once to 
     CHECK(dst[1] == src[1]);
     CHECK(!std::isfinite(from_bits(dst, DType::bf16)[2]));
   }
+  // In place by 1 leaves the memory alone: a signalling NaN stays one, where
+  // the product by 1 quietens it (out of place it does).
+  {
+    const float one = 1.0f;
+    std::vector<uint32_t> bits = {0x7f800001u, 0x3f800000u, 0x00000001u, 0x80000000u};
+    const auto before = bits;
+    REQUIRE(celtune_scale(ctx, bits.data(), bits.data(), 4, CELTUNE_FP32, &one, nullptr) == CELTUNE_OK);
+    CHECK(bits == before);
+    std::vector<uint32_t> copy(4);
+    REQUIRE(celtune_scale(ctx, copy.data(), bits.data(), 4, CELTUNE_FP32, &one, nullptr) == CELTUNE_OK);
+    CHECK(copy[0] != before[0]);
+    CHECK(std::isnan(std::bit_cast<float>(copy[0])));
+    CHECK(copy[1] == before[1]);
+  }
   // Nothing to do: no pointer is needed. Refused: n < 0, a null pointer, a byte
   // count past INT64_MAX, a dtype outside the enum.
   CHECK(celtune_scale(ctx, nullptr, nullptr, 0, CELTUNE_BF16, nullptr, nullptr) == CELTUNE_OK);

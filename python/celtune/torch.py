@@ -569,9 +569,9 @@ def _(logits, target, grad, reduction, ignore_index, label_smoothing, softcap, z
 
 
 # A gradient computed with an upstream gradient of 1, times the real one g
-# (mean and sum, in backward): out of place, so that a second backward through
-# a retained graph finds the saved gradient as it was; the product in fp32,
-# rounded once to the gradient's dtype, in celtune_scale's copy-speed kernel.
+# (flce's mean and sum, in backward; in place or not, as _scaled decides): the
+# product in fp32, rounded once to the gradient's dtype, in celtune_scale's
+# copy-speed kernel, which leaves the memory alone in place by 1.
 # (t * g).to(t.dtype), the form before, took PyTorch's generic mixed-dtype
 # kernel for a 16-bit t and a CUDA fp32 g: 2.33 ms of backward for Llama-3-8B's
 # dW and dX on an H100 (0.83 here; a copy of dW takes 0.71), and 7.27 ms for
@@ -605,13 +605,11 @@ def _scaled(saved: tuple, g: Tensor) -> tuple:
     not retained frees its saved tensors once it returns, and autograd then
     takes the returned tensor as the parameter's .grad without a copy. The
     out-of-place product held a second copy of each gradient through backward:
-    1002 MiB more peak memory for Llama-3-8B's dW (V = 128256, H = 4096, bf16),
-    4008 MiB for ce's dZ at 16384 of its tokens (docs/results.md, fifty-sixth
-    session). A
-    retained graph (retain_graph=True) reads them again, and a tracer needs the
-    functional op (asked first: dynamo cannot trace _keep_graph): both keep
-    it. Tensors that are not plain dense ones (a batched or special upstream
-    gradient) take the op too (_tracing).
+    1002 MiB more peak memory for Llama-3-8B's dW (V = 128256, H = 4096, bf16;
+    docs/results.md, fifty-sixth session). A retained graph (retain_graph=True)
+    reads them again, and a tracer needs the functional op (asked first: dynamo
+    cannot trace _keep_graph): both keep it. Tensors that are not plain dense
+    ones (a batched or special upstream gradient) take the op too (_tracing).
     """
     if _tracing((g, *saved)) or _keep_graph() or not all(t.is_contiguous() for t in saved):
         return tuple(_scale(t, g) for t in saved)
@@ -717,8 +715,8 @@ class _CrossEntropy(torch.autograd.Function):
                                           z_loss, config)
         ctx.save_for_backward(logits, target)
         # In place (mean, sum): dZ goes over the logits in backward, from the
-        # logits saved intact; their version counter moves then, so a second
-        # backward (retain_graph) or another user of them is refused.
+        # logits saved intact; their version counter moves then, so another
+        # user of them is refused.
         ctx.inplace = inplace and reduction != _lib.NONE
         ctx.opts = (reduction, ignore_index, label_smoothing, softcap, z_loss, config)
         ctx.mark_non_differentiable(loss if reduction == _lib.NONE else token_loss)
@@ -729,7 +727,14 @@ class _CrossEntropy(torch.autograd.Function):
         _refuse_double_backward()
         logits, target = ctx.saved_tensors
         grad = grad_token_loss if ctx.opts[0] == _lib.NONE else grad_loss
-        if ctx.inplace:
+        # Only where nothing reads the logits again: a retained graph's next
+        # backward does, and so does a graph a tracer records (torch.compile's
+        # eager backend keeps the saved logits in a Python variable that no
+        # version counter guards); identity saved-tensor hooks and save_on_cpu
+        # on the CPU hand back the same tensor. There dZ written in place was
+        # read as logits by the second backward, silently (0.48 relative error;
+        # a helper's probe, fifty-sixth session): those write dZ apart.
+        if ctx.inplace and not _tracing((logits, grad)) and not _keep_graph():
             _ce_backward_inplace(logits, target, grad, *ctx.opts)
             return (logits, *([None] * 9))
         return (_ce_backward(logits, target, grad, *ctx.opts), *([None] * 9))
@@ -999,10 +1004,11 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
     Options as linear_cross_entropy's. inplace_backward=True (reduction mean or
     sum) writes the logits' gradient over the logits in backward, saving one
     [N, V] buffer, so the logits are destroyed then and nothing may use them
-    afterwards (autograd refuses a backward that needs them, a second one
-    through a retained graph included); the logits must not be a leaf that
-    requires grad, nor a view of one. The logits keep their dtype under
-    autocast (the kernels accumulate in fp32 either way).
+    afterwards (autograd refuses a backward that needs them); a backward that
+    retains its graph, or one torch.compile records, writes it apart. The
+    logits must be contiguous, and not a leaf that requires grad, nor a view of
+    one. The logits keep their dtype under autocast (the kernels accumulate in
+    fp32 either way).
 
     Differences from F.cross_entropy: reduction "mean" over zero valid tokens
     gives 0, not NaN; probabilities as targets and class weights are not supported.
@@ -1016,6 +1022,9 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
         return _no_tokens(z, red, target.shape)
     with_grad = torch.is_grad_enabled() and z.requires_grad
     inplace = bool(inplace_backward) and with_grad
+    if inplace and not z.is_contiguous():  # refused here, not first in backward
+        raise CeltuneInvalidArgument("celtune: inplace_backward needs contiguous logits (a slice of a padded "
+                                     "vocabulary is not): pass contiguous logits, or inplace_backward=False")
     # A view of a parameter (p[:], p.view(...)) is no leaf itself, but dZ written
     # through it replaced the parameter's values: its base is what counts.
     base = input._base

@@ -664,22 +664,53 @@ def test_fp16_gradients_survive_a_loss_scale(device, kind, inplace):
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_inplace_backward_is_done_in_backward(device, dtype):
-    # In place: the logits hold dZ only after backward, and a second backward,
-    # which would need them, is refused instead of reading dZ.
+    # In place: the logits hold dZ only after the backward that is their last
+    # reader. One that retains its graph, or that hands the saved logits back
+    # through identity hooks, or that torch.compile records, writes dZ apart:
+    # a second backward read dZ as logits there, silently (0.48 relative
+    # error under torch.compile's eager backend; a helper's probe).
     t = torch.randint(0, 33, (8,), device=device)
     base = torch.randn(8, 33, device=device).to(dtype).requires_grad_()
+    ref = base.detach().float().requires_grad_()
+    F.cross_entropy(ref, t).backward()
+    tol = dict(rtol=1e-5, atol=1e-7) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-4)
+
+    def check(got, times=1):
+        torch.testing.assert_close(got.float(), times * ref.grad, **tol)
+
     logits = base * 1
     before = logits.detach().clone()
     loss = ct.cross_entropy(logits, t, inplace_backward=True)
     assert torch.equal(logits.detach(), before)
+    loss.backward()
+    assert not torch.equal(logits.detach(), before)  # dZ went over them
+    check(base.grad)
+    base.grad = None
+    logits = base * 1
+    loss = ct.cross_entropy(logits, t, inplace_backward=True)
     loss.backward(retain_graph=True)
-    assert not torch.equal(logits.detach(), before)
-    ref = before.float().requires_grad_()
-    F.cross_entropy(ref, t).backward()
-    tol = dict(rtol=1e-5, atol=1e-7) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-4)
-    torch.testing.assert_close(base.grad.float(), ref.grad, **tol)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+    assert torch.equal(logits.detach(), before)  # retained: written apart
+    loss.backward()
+    check(base.grad, 2)
+    with pytest.raises(RuntimeError, match="second time|modified by an inplace operation"):
         loss.backward()
+    base.grad = None
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: x, lambda x: x):
+        loss = ct.cross_entropy(base * 1, t, inplace_backward=True)
+    (g,) = torch.autograd.grad(loss, base, retain_graph=True)
+    check(g)
+    loss.backward()
+    check(base.grad)
+    base.grad = None
+    f = torch.compile(lambda z, y: ct.cross_entropy(z * 1, y, inplace_backward=True), backend="eager")
+    loss = f(base, t)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    check(base.grad, 2)
+    # Strided logits (a slice of a padded vocabulary) are refused at the call.
+    wide = torch.randn(8, 40, device=device).to(dtype).requires_grad_()
+    with pytest.raises(ct.CeltuneInvalidArgument, match="contiguous"):
+        ct.cross_entropy((wide * 1)[:, :33], t, inplace_backward=True)
 
 
 @pytest.mark.parametrize("device", devices())

@@ -14,8 +14,10 @@ support a shape says so on its line and the others go on):
              where H = 4096; its Hopper pipeline where eligible) /
              cross_entropy; no softcap
   floor      the work no implementation avoids, timed the same way: flce the
-             cuBLAS GEMMs of forward (1) or forward+backward (3) at bf16; ce a
-             copy of the logits' bytes (forward: half of them each way)
+             cuBLAS GEMMs of forward (1) or forward+backward (3) at bf16 and
+             the problem's V (an odd V such as GPT-2's falls off cuBLAS's fast
+             kernels, 15.6 ms at N = 8192: `celtune bench` pads its floor); ce
+             a copy of the logits' bytes (forward: half of them each way)
 
 flce: loss = CE(softcap(x @ w.T), y), gradients for x and w. ce: loss = CE(z, y)
 on materialised bf16 logits, the gradient for z. Random bf16 inputs; every run
@@ -40,6 +42,7 @@ Run on the GPU machine: python3 scripts/peer_bench.py [--peers ...]
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -385,7 +388,6 @@ def main():
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump({"info": info, "rows": rows}, f, indent=1)
-        import os
         os.replace(args.json + ".tmp", args.json)
     return 0
 

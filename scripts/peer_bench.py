@@ -128,13 +128,12 @@ PEERS = {
 
 
 def versions():
+    from importlib.metadata import PackageNotFoundError, version
     out = {"torch": torch.__version__}
-    for mod, name in (("triton", "triton"), ("liger_kernel", "liger-kernel"), ("cut_cross_entropy", "cut-cross-entropy"),
-                      ("quack", "quack-kernels")):
+    for name in ("triton", "liger-kernel", "cut-cross-entropy", "quack-kernels"):
         try:
-            from importlib.metadata import version
             out[name] = version(name)
-        except Exception:  # not installed: the peer will say so
+        except PackageNotFoundError:  # not installed: the peer will say so
             pass
     return out
 

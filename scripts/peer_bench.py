@@ -152,11 +152,16 @@ def outside_torch():
     return total - free - torch.cuda.memory_reserved() - _outside0
 
 
-def bench(fn, runs, warmup=3):
+def flush_buffer():
+    """Written before every run to flush the L2; allocated once, before any baseline is read."""
     global _flush
     if _flush is None:
         _flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
-    flush = _flush
+    return _flush
+
+
+def bench(fn, runs, warmup=3):
+    flush = flush_buffer()
     times = []
     for i in range(warmup + runs):
         flush.fill_(1.0)
@@ -173,7 +178,7 @@ def bench(fn, runs, warmup=3):
 
 def measure(fn, runs):
     """(median, p20, p80, peak extra MiB in torch's pool) of fn after one warm call."""
-    bench(lambda: None, 1, 0)  # the L2 flush buffer, outside what is measured
+    flush_buffer()  # outside what is measured
     fn()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -185,6 +190,21 @@ def measure(fn, runs):
 
 def rel(a, ref):
     return ((a.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def said(e, limit):
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:limit] if str(e) else ''}"
+
+
+def make_peer(peer, family, softcap, name):
+    """The peer's callable for this problem, or None once its line says why not."""
+    try:
+        return PEERS[peer](family, softcap)
+    except Unsupported as e:
+        print(f"{peer:9s} {name}: not run ({e})", flush=True)
+    except Exception as e:  # not installed, or fails to import on this machine
+        print(f"{peer:9s} {name}: not available ({said(e, 160)})", flush=True)
+    return None
 
 
 # ---- one problem --------------------------------------------------------------
@@ -207,13 +227,8 @@ def run_flce(args, spec, rows):
     for peer in args.peers:
         if peer == "floor":
             continue
-        try:
-            fn = PEERS[peer]("flce", cap)
-        except Unsupported as e:
-            print(f"{peer:9s} {name}: not run ({e})", flush=True)
-            continue
-        except Exception as e:  # not installed, or fails to import on this machine
-            print(f"{peer:9s} {name}: not available ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
+        fn = make_peer(peer, "flce", cap, name)
+        if fn is None:
             continue
         err = {}
         try:
@@ -250,8 +265,7 @@ def run_flce(args, spec, rows):
                       f"{tflops:.0f} TFLOP/s, extra {extra:.0f} MiB (outside torch {row['outside_mib']:.0f})"
                       f"{acc}{src}", flush=True)
         except Exception as e:
-            print(f"{peer:9s} {name}: failed ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
-                  flush=True)
+            print(f"{peer:9s} {name}: failed ({said(e, 200)})", flush=True)
         x.grad = w.grad = None
         torch.cuda.empty_cache()
     if "floor" in args.peers:
@@ -293,13 +307,8 @@ def run_ce(args, spec, rows):
     for peer in args.peers:
         if peer == "floor":
             continue
-        try:
-            fn = PEERS[peer]("ce", 0.0)
-        except Unsupported as e:
-            print(f"{peer:9s} {name}: not run ({e})", flush=True)
-            continue
-        except Exception as e:
-            print(f"{peer:9s} {name}: not available ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
+        fn = make_peer(peer, "ce", 0.0, name)
+        if fn is None:
             continue
         z = z0.clone().requires_grad_()
         err = {}
@@ -333,8 +342,7 @@ def run_ce(args, spec, rows):
                       f"{gbs:.0f} GB/s, extra {extra:.0f} MiB (outside torch {row['outside_mib']:.0f}){acc}",
                       flush=True)
         except Exception as e:
-            print(f"{peer:9s} {name}: failed ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
-                  flush=True)
+            print(f"{peer:9s} {name}: failed ({said(e, 200)})", flush=True)
         del z
         torch.cuda.empty_cache()
     if "floor" in args.peers:

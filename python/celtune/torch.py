@@ -709,8 +709,7 @@ class _CrossEntropy(torch.autograd.Function):
     # on the H200 where QuACK's cross_entropy takes 3.42 (docs/results.md,
     # fifty-sixth session).
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
-                with_grad, inplace):
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, softcap, z_loss, config, inplace):
         loss, token_loss, _ = _ce_forward(logits, target, ignore_index, reduction, label_smoothing, softcap,
                                           z_loss, config)
         ctx.save_for_backward(logits, target)
@@ -736,8 +735,8 @@ class _CrossEntropy(torch.autograd.Function):
         # a helper's probe, fifty-sixth session): those write dZ apart.
         if ctx.inplace and not _tracing((logits, grad)) and not _keep_graph():
             _ce_backward_inplace(logits, target, grad, *ctx.opts)
-            return (logits, *([None] * 9))
-        return (_ce_backward(logits, target, grad, *ctx.opts), *([None] * 9))
+            return (logits, *([None] * 8))
+        return (_ce_backward(logits, target, grad, *ctx.opts), *([None] * 8))
 
 
 # ---- the public functions -----------------------------------------------------
@@ -1041,7 +1040,7 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
         raise CeltuneInvalidArgument("celtune: inplace_backward cannot run under "
                                      "torch.autograd.graph.allow_mutation_on_saved_tensors() (the logits' saved "
                                      "copy would not be made): pass inplace_backward=False")
-    loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, *opts, with_grad, inplace)
+    loss, token_loss = _CrossEntropy.apply(z, tgt, ign, red, *opts, inplace)
     return token_loss.view(target.shape) if red == _lib.NONE else loss
 
 

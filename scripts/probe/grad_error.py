@@ -6,6 +6,10 @@ emulations of the same steps, at Llama-3-8B shapes in bf16 with the inputs
 peer_bench.py draws (docs/results.md, fifty-sixth session: the fused path's
 scaled dZ carries 1.7x PyTorch's dX error and 3-4x its dW error).
 
+Each N runs twice: random rows (p_y ~ 1/V, the target's term of dZ dominates
+dX and dW), and confident rows (each x_i moved 14 along w[y_i], p_y near 0.9:
+dZ's target term is c·(p_y − 1), which only an fp32 p_y − 1 keeps).
+
 Run on the GPU machine: python3 scripts/probe/grad_error.py [N ...] (default 4096),
 with PYTHONPATH=python and CELTUNE_LIBRARY pointing at the staged libceltune.so."""
 import json
@@ -23,19 +27,21 @@ def rel(a, ref):
     return ((a.float() - ref).norm() / ref.norm()).item()
 
 
-for n in map(int, sys.argv[1:] or ["4096"]):
+for n, margin in [(int(a), m) for a in sys.argv[1:] or ["4096"] for m in (0.0, 14.0)]:
     h, v = 4096, 128256
-    x = (torch.randn(n, h, device="cuda") * 0.5).bfloat16().requires_grad_()
     w = (torch.randn(v, h, device="cuda") * h ** -0.5).bfloat16().requires_grad_()
     y = torch.randint(0, v, (n,), device="cuda")
+    x = (torch.randn(n, h, device="cuda") * 0.5 + margin * w.detach()[y].float()).bfloat16().requires_grad_()
     xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
-    F.cross_entropy(xf @ wf.t(), y).backward()
+    loss = F.cross_entropy(xf @ wf.t(), y)
+    loss.backward()
+    print(f"N={n} margin {margin:g}: fp32 loss {loss.item():.3f}", flush=True)
     rx, rw = xf.grad, wf.grad
     del xf, wf
     torch.cuda.empty_cache()
 
     def report(name, dx, dw):
-        print(f"N={n} {name:44s} dx {rel(dx, rx):.2e}  dw {rel(dw, rw):.2e}", flush=True)
+        print(f"N={n} margin {margin:g} {name:44s} dx {rel(dx, rx):.2e}  dw {rel(dw, rw):.2e}", flush=True)
 
     # PyTorch eager, as torch.compile's graph computes it: bf16 logits, fp32 softmax, bf16 dZ.
     x.grad = w.grad = None
@@ -83,5 +89,5 @@ for n in map(int, sys.argv[1:] or ["4096"]):
             ct.linear_cross_entropy(x, w, y, config=json.dumps(cfg)).backward()
             report("celtune " + name, x.grad, w.grad)
         except Exception as e:
-            print(f"N={n} celtune {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+            print(f"N={n} margin {margin:g} celtune {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
         torch.cuda.empty_cache()

@@ -1785,9 +1785,12 @@ __global__ void target_keys_kernel(LossParams p, int64_t tokens, unsigned* keys,
 // (0: the piece's first run, continued from before; 1: its last run, begun
 // here), for target_spans_kernel. So the sums and their order depend only on
 // the targets: deterministic, with no block's serial work above a piece, however
-// many tokens share a target.
-constexpr int kAddThreads = 256, kAddPerThread = 8, kAddCols = kAddThreads * kAddPerThread;
-constexpr int64_t kAddPiece = 256;
+// many tokens share a target. The block first reads the piece's keys, rows and
+// t_j into shared memory, then loads the X rows of kAddBatch tokens at once
+// before adding them in order: a token at a time, each add waited on a chain
+// of dependent loads (1 ms a call at Llama-3-8B N = 4096 on the H200).
+constexpr int kAddThreads = 256, kAddPerThread = 4, kAddCols = kAddThreads * kAddPerThread, kAddBatch = 8;
+constexpr int64_t kAddPiece = 128;
 struct TargetSums {
   const unsigned *keys, *rows;  // sorted
   int64_t tokens, hidden;
@@ -1817,39 +1820,65 @@ __device__ void add_target_row(const TargetSums& s, int64_t y, int64_t h0, const
 template <typename T>
 __global__ void __launch_bounds__(kAddThreads)
     target_pieces_kernel(LossParams p, const float* lse, const float* z_target, const T* x, TargetSums s) {
-  const int64_t k0 = int64_t{blockIdx.x} * kAddPiece, k1 = std::min(k0 + kAddPiece, s.tokens);
+  static_assert(kAddPiece <= kAddThreads, "a thread a token of the piece");
+  const int64_t k0 = int64_t{blockIdx.x} * kAddPiece, n = std::min(int64_t{kAddPiece}, s.tokens - k0);
+  const auto V = static_cast<unsigned>(p.vocab);
+  // s_key[0] is the key before the piece and s_key[n + 1] the key after it (V
+  // where there is none: no target's key), so a run's ends need no branch.
+  __shared__ unsigned s_key[kAddPiece + 2], s_row[kAddPiece];
+  __shared__ float s_t[kAddPiece];
+  if (threadIdx.x < n) {
+    const unsigned y = s.keys[k0 + threadIdx.x], row = s.rows[k0 + threadIdx.x];
+    s_key[threadIdx.x + 1] = y, s_row[threadIdx.x] = row;
+    s_t[threadIdx.x] = y < V ? target_term(p, lse, z_target, row, y) : 0.0f;
+  }
+  if (threadIdx.x == 0) {
+    s_key[0] = k0 > 0 ? s.keys[k0 - 1] : V;
+    s_key[n + 1] = k0 + n < s.tokens ? s.keys[k0 + n] : V;
+  }
+  __syncthreads();
   const int64_t h0 = int64_t{blockIdx.y} * kAddCols + threadIdx.x;
   float acc[kAddPerThread] = {}, tsum = 0.0f;
-  int64_t run0 = k0;
-  for (int64_t k = k0; k < k1; ++k) {
-    const int64_t y = s.keys[k];
-    if (y >= p.vocab) break;  // ignored tokens, sorted last
-    const int64_t row = s.rows[k];
-    const float t = target_term(p, lse, z_target, row, y);
-    const T* xr = x + row * s.hidden;
+  int run0 = 0;  // the current run's first token in the piece
+  for (int b = 0; b < n; b += kAddBatch) {
+    float xv[kAddBatch][kAddPerThread];
 #pragma unroll
-    for (int i = 0; i < kAddPerThread; ++i) {
-      const int64_t h = h0 + i * kAddThreads;
-      if (h < s.hidden) acc[i] = fmaf(t, Conv<T>::to(xr[h]), acc[i]);
-    }
-    tsum += t;
-    const bool goes_on = k + 1 < s.tokens && s.keys[k + 1] == y;  // the target's next token
-    if (goes_on && k + 1 < k1) continue;                           // ... in this piece: the run goes on
-    const bool began = run0 == 0 || s.keys[run0 - 1] != y;         // the target's first token is in this run
-    if (began && !goes_on) {
-      add_target_row<T>(s, y, h0, acc, tsum);
-    } else {
-      const int64_t slot = 2 * int64_t{blockIdx.x} + (began ? 1 : 0);
+    for (int u = 0; u < kAddBatch; ++u) {
+      const bool on = b + u < n && s_key[b + u + 1] < V;
+      const T* xr = x + int64_t{on ? s_row[b + u] : 0} * s.hidden;
 #pragma unroll
       for (int i = 0; i < kAddPerThread; ++i) {
         const int64_t h = h0 + i * kAddThreads;
-        if (h < s.hidden) s.part[slot * s.hidden + h] = acc[i];
+        xv[u][i] = on && h < s.hidden ? Conv<T>::to(xr[h]) : 0.0f;
       }
-      if (blockIdx.y == 0 && threadIdx.x == 0) s.part_t[slot] = tsum;
     }
 #pragma unroll
-    for (int i = 0; i < kAddPerThread; ++i) acc[i] = 0.0f;
-    tsum = 0.0f, run0 = k + 1;
+    for (int u = 0; u < kAddBatch; ++u) {
+      const int k = b + u;
+      const unsigned y = k < n ? s_key[k + 1] : V;
+      if (y >= V) return;  // the piece's end, or the ignored tokens sorted last: every run is flushed
+      const float t = s_t[k];
+#pragma unroll
+      for (int i = 0; i < kAddPerThread; ++i) acc[i] = fmaf(t, xv[u][i], acc[i]);
+      tsum += t;
+      const bool goes_on = s_key[k + 2] == y;  // the target's next token (the piece's or the next one's)
+      if (goes_on && k + 1 < n) continue;      // ... in this piece: the run goes on
+      const bool began = s_key[run0] != y;     // the key before the run: the target's first token is in it
+      if (began && !goes_on) {
+        add_target_row<T>(s, y, h0, acc, tsum);
+      } else {
+        const int64_t slot = 2 * int64_t{blockIdx.x} + (began ? 1 : 0);
+#pragma unroll
+        for (int i = 0; i < kAddPerThread; ++i) {
+          const int64_t h = h0 + i * kAddThreads;
+          if (h < s.hidden) s.part[slot * s.hidden + h] = acc[i];
+        }
+        if (blockIdx.y == 0 && threadIdx.x == 0) s.part_t[slot] = tsum;
+      }
+#pragma unroll
+      for (int i = 0; i < kAddPerThread; ++i) acc[i] = 0.0f;
+      tsum = 0.0f, run0 = k + 1;
+    }
   }
 }
 

@@ -24,13 +24,11 @@
 // {1, …, 32} per dtype and maps the runtime config to a kernel pointer. threads
 // stays a runtime launch parameter.
 #include <cooperative_groups.h>
-#include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -1704,35 +1702,17 @@ __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_s
   db_acc[v.v0 + j] += acc;
 }
 
-// The target's own element of a scaled-dZ row, dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), in
-// fp32 from the target's logit (z_target) and the LSE: p_y − 1 before any
-// rounding, as flce-math.md asks, so a confident row keeps its 1 − p. With a
-// softcap g = 1 − (ẑ_y/s)², without one 1. 0 for a token the loss ignores (c =
-// 0). The tile holds 0 there (scaled_dz_rows), and dX, dW and db take this term
-// apart, in fp32, before their one rounding (ce.hpp).
-__device__ __forceinline__ float target_term(const LossParams& p, const float* lse, const float* z_target, int64_t row,
-                                             int64_t y) {
-  const float c = token_scale(p, row, y);
-  if (c == 0.0f) return 0.0f;
-  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
-  const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
-  return c * (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
+template <typename T>
+__device__ void scale_row(T* line, int64_t cols, float a) {
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) line[j] = Conv<T>::from(scaled_by(a, Conv<T>::to(line[j])));
 }
 
 template <typename T>
 __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
                                       int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp, RowsToScale after) {
-  if (blockIdx.x >= v.rows) {
-    // The blocks past the chunk's rows: the previous chunk's dX, whose GEMM has
-    // run, becomes a_k·(q·W)_k + t_k·W[y_k], formed in fp32 and rounded once.
-    const int64_t k = blockIdx.x - v.rows, row = after.r0 + k, y = target_of(p, row);
-    const float a = after.row_scale[k], t = target_term(p, lse, z_target, row, y);
-    T* line = static_cast<T*>(after.m) + k * after.cols;
-    const T* w = t == 0.0f ? nullptr : static_cast<const T*>(after.w) + y * after.cols;
-    for (int64_t h = threadIdx.x; h < after.cols; h += blockDim.x) {
-      const float s = scaled_by(a, Conv<T>::to(line[h]));
-      line[h] = Conv<T>::from(w ? fmaf(t, Conv<T>::to(w[h]), s) : s);
-    }
+  if (blockIdx.x >= v.rows) {  // the blocks past the chunk's rows: scale_rows' work on `after`
+    const int64_t k = blockIdx.x - v.rows;
+    scale_row(static_cast<T*>(after.m) + k * after.cols, after.cols, after.row_scale[k]);
     return;
   }
   const int64_t i = blockIdx.x, row = v.r0 + i;
@@ -1754,162 +1734,26 @@ __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse
       const float f = rp.pairs[at + 1] == 0.0f ? 0.0f : expf(rp.pairs[at] - L);
       q[j] = Conv<T>::from(Conv<T>::to(q[j]) * f);
     }
-    __syncthreads();  // before the target's element is cleared
+    __syncthreads();  // before the target's element is patched
   }
   if (threadIdx.x == 0) {
     row_scale[i] = a;
-    // The target's element leaves the bf16 tile: target_term carries all of it.
-    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) q[y - v.v0] = Conv<T>::from(0.0f);
+    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) {
+      // dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), p_y − 1 in fp32 before rounding; with a
+      // softcap g = 1 − (ẑ_y/s)², without one 1.
+      const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
+      const float dz = (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
+      q[y - v.v0] = Conv<T>::from(dz * expf(L - ref) / zl);  // = c·dz / a
+    }
   }
   const T* in = x + i * hidden;
   T* out = x_scaled + i * hidden;
   for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) out[h] = Conv<T>::from(scaled_by(a, Conv<T>::to(in[h])));
 }
 
-// target_rows_add's sort keys: each token's target, or V for a token the loss
-// ignores (sorted last, never read), with its row as the value.
-__global__ void target_keys_kernel(LossParams p, int64_t tokens, unsigned* keys, unsigned* rows) {
-  for (int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; row < tokens;
-       row += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t y = target_of(p, row);
-    keys[row] = static_cast<unsigned>(token_scale(p, row, y) == 0.0f ? p.vocab : y);
-    rows[row] = static_cast<unsigned>(row);
-  }
-}
-
-// The tokens sorted by target, rows ascending within a target (a stable sort),
-// in pieces of kAddPiece: a block a piece and a slice of kAddCols columns sums
-// t_j·x_j over each run of one target in order, in fp32. A target whose tokens
-// all lie in the piece is added to dW and db here; a run that continues into
-// the next piece or from the previous one leaves its sum in the piece's slot
-// (0: the piece's first run, continued from before; 1: its last run, begun
-// here), for target_spans_kernel. So the sums and their order depend only on
-// the targets: deterministic, with no block's serial work above a piece, however
-// many tokens share a target. The block first reads the piece's keys, rows and
-// t_j into shared memory, then loads the X rows of kAddBatch tokens at once
-// before adding them in order: a token at a time, each add waited on a chain
-// of dependent loads (1 ms a call at Llama-3-8B N = 4096 on the H200).
-constexpr int kAddThreads = 256, kAddPerThread = 4, kAddCols = kAddThreads * kAddPerThread, kAddBatch = 8;
-constexpr int64_t kAddPiece = 128;
-struct TargetSums {
-  const unsigned *keys, *rows;  // sorted
-  int64_t tokens, hidden;
-  float* part;      // [pieces][2][hidden]
-  float* part_t;    // [pieces][2]: the runs' Σ t_j
-  void* dw;         // [V, hidden]: fp32, or the bf16 output
-  bool dw_fp32;
-  float* db_acc;    // null: no bias
-};
 template <typename T>
-__device__ void add_target_row(const TargetSums& s, int64_t y, int64_t h0, const float (&acc)[kAddPerThread],
-                               float tsum) {
-#pragma unroll
-  for (int k = 0; k < kAddPerThread; ++k) {
-    const int64_t h = h0 + k * kAddThreads;
-    if (h >= s.hidden) continue;
-    if (s.dw_fp32) {
-      static_cast<float*>(s.dw)[y * s.hidden + h] += acc[k];
-    } else {
-      T* d = static_cast<T*>(s.dw) + y * s.hidden + h;
-      *d = Conv<T>::from(Conv<T>::to(*d) + acc[k]);
-    }
-  }
-  if (s.db_acc && blockIdx.y == 0 && threadIdx.x == 0) s.db_acc[y] += tsum;
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kAddThreads)
-    target_pieces_kernel(LossParams p, const float* lse, const float* z_target, const T* x, TargetSums s) {
-  static_assert(kAddPiece <= kAddThreads, "a thread a token of the piece");
-  const int64_t k0 = int64_t{blockIdx.x} * kAddPiece, n = std::min(int64_t{kAddPiece}, s.tokens - k0);
-  const auto V = static_cast<unsigned>(p.vocab);
-  // s_key[0] is the key before the piece and s_key[n + 1] the key after it (V
-  // where there is none: no target's key), so a run's ends need no branch.
-  __shared__ unsigned s_key[kAddPiece + 2], s_row[kAddPiece];
-  __shared__ float s_t[kAddPiece];
-  if (threadIdx.x < n) {
-    const unsigned y = s.keys[k0 + threadIdx.x], row = s.rows[k0 + threadIdx.x];
-    s_key[threadIdx.x + 1] = y, s_row[threadIdx.x] = row;
-    s_t[threadIdx.x] = y < V ? target_term(p, lse, z_target, row, y) : 0.0f;
-  }
-  if (threadIdx.x == 0) {
-    s_key[0] = k0 > 0 ? s.keys[k0 - 1] : V;
-    s_key[n + 1] = k0 + n < s.tokens ? s.keys[k0 + n] : V;
-  }
-  __syncthreads();
-  const int64_t h0 = int64_t{blockIdx.y} * kAddCols + threadIdx.x;
-  float acc[kAddPerThread] = {}, tsum = 0.0f;
-  int run0 = 0;  // the current run's first token in the piece
-  for (int b = 0; b < n; b += kAddBatch) {
-    float xv[kAddBatch][kAddPerThread];
-#pragma unroll
-    for (int u = 0; u < kAddBatch; ++u) {
-      const bool on = b + u < n && s_key[b + u + 1] < V;
-      const T* xr = x + int64_t{on ? s_row[b + u] : 0} * s.hidden;
-#pragma unroll
-      for (int i = 0; i < kAddPerThread; ++i) {
-        const int64_t h = h0 + i * kAddThreads;
-        xv[u][i] = on && h < s.hidden ? Conv<T>::to(xr[h]) : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kAddBatch; ++u) {
-      const int k = b + u;
-      const unsigned y = k < n ? s_key[k + 1] : V;
-      if (y >= V) return;  // the piece's end, or the ignored tokens sorted last: every run is flushed
-      const float t = s_t[k];
-#pragma unroll
-      for (int i = 0; i < kAddPerThread; ++i) acc[i] = fmaf(t, xv[u][i], acc[i]);
-      tsum += t;
-      const bool goes_on = s_key[k + 2] == y;  // the target's next token (the piece's or the next one's)
-      if (goes_on && k + 1 < n) continue;      // ... in this piece: the run goes on
-      const bool began = s_key[run0] != y;     // the key before the run: the target's first token is in it
-      if (began && !goes_on) {
-        add_target_row<T>(s, y, h0, acc, tsum);
-      } else {
-        const int64_t slot = 2 * int64_t{blockIdx.x} + (began ? 1 : 0);
-#pragma unroll
-        for (int i = 0; i < kAddPerThread; ++i) {
-          const int64_t h = h0 + i * kAddThreads;
-          if (h < s.hidden) s.part[slot * s.hidden + h] = acc[i];
-        }
-        if (blockIdx.y == 0 && threadIdx.x == 0) s.part_t[slot] = tsum;
-      }
-#pragma unroll
-      for (int i = 0; i < kAddPerThread; ++i) acc[i] = 0.0f;
-      tsum = 0.0f, run0 = k + 1;
-    }
-  }
-}
-
-// The targets whose tokens span pieces: the piece where such a target begins
-// adds its slot 1 and each following piece's slot 0, in piece order, then adds
-// the total to dW and db.
-template <typename T>
-__global__ void __launch_bounds__(kAddThreads) target_spans_kernel(LossParams p, TargetSums s) {
-  const int64_t piece = blockIdx.x, k0 = piece * kAddPiece, k1 = std::min(k0 + kAddPiece, s.tokens);
-  if (k1 >= s.tokens) return;
-  const int64_t y = s.keys[k1 - 1];
-  if (y >= p.vocab || s.keys[k1] != y) return;                      // the last run ends here
-  if (k0 > 0 && s.keys[k0] == y && s.keys[k0 - 1] == y) return;   // ... or began before this piece
-  const int64_t h0 = int64_t{blockIdx.y} * kAddCols + threadIdx.x;
-  float acc[kAddPerThread], tsum = s.part_t[2 * piece + 1];
-#pragma unroll
-  for (int i = 0; i < kAddPerThread; ++i) {
-    const int64_t h = h0 + i * kAddThreads;
-    acc[i] = h < s.hidden ? s.part[(2 * piece + 1) * s.hidden + h] : 0.0f;
-  }
-  for (int64_t q = piece + 1;; ++q) {
-#pragma unroll
-    for (int i = 0; i < kAddPerThread; ++i) {
-      const int64_t h = h0 + i * kAddThreads;
-      if (h < s.hidden) acc[i] += s.part[2 * q * s.hidden + h];
-    }
-    tsum += s.part_t[2 * q];
-    const int64_t e = std::min((q + 1) * kAddPiece, s.tokens);  // piece q's end
-    if (e == s.tokens || s.keys[e] != y) break;
-  }
-  add_target_row<T>(s, y, h0, acc, tsum);
+__global__ void scale_rows_kernel(T* m, int64_t cols, const float* row_scale) {
+  scale_row(m + int64_t{blockIdx.x} * cols, cols, row_scale[blockIdx.x]);
 }
 
 template <typename T>
@@ -2204,7 +2048,7 @@ void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, co
                     cudaStream_t st) {
   // bf16 only (sm90_scaled_dz, variants.hpp: fp16 cannot hold q).
   if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
-  if (v.rows > 0 && ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0)))
+  if ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0))
     fail_usage("the scaled dZ path takes a softcap or the partials of sampled references");
   const int64_t blocks = v.rows + (after.cols > 0 ? after.rows : 0);
   if (blocks == 0) return;
@@ -2215,65 +2059,14 @@ void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, co
   CELTUNE_LAUNCHED();
 }
 
-namespace {
-// target_rows_add's scratch: keys and rows twice over (the sort's double
-// buffers), the sort's own temporary storage (bounded here, checked against
-// CUB's query at the call: the query needs a device, the layout is computed
-// without one), and the pieces' slots.
-struct TargetAddLayout {
-  size_t keys, rows, temp, temp_bytes, part, part_t, total;
-  explicit TargetAddLayout(int64_t tokens, int64_t hidden) {
-    const auto n = static_cast<size_t>(tokens), pieces = static_cast<size_t>((tokens + kAddPiece - 1) / kAddPiece);
-    size_t off = 0;
-    auto take = [&](size_t bytes) {
-      const size_t at = off;
-      off += (bytes + 255) / 256 * 256;
-      return at;
-    };
-    keys = take(2 * n * sizeof(unsigned));
-    rows = take(2 * n * sizeof(unsigned));
-    // Onesweep: a few KiB of bins and counters, plus 256 digits' lookback
-    // words a tile of thousands of keys; the older passes a spine of 256
-    // counters a block of their grid. 4 MiB + 4 bytes a key holds either.
-    temp_bytes = (size_t{4} << 20) + 4 * n;
-    temp = take(temp_bytes);
-    part = take(pieces * 2 * static_cast<size_t>(hidden) * sizeof(float));
-    part_t = take(pieces * 2 * sizeof(float));
-    total = off;
+void scale_rows(void* m, DType t, int64_t rows, int64_t cols, const float* row_scale, cudaStream_t st) {
+  if (rows == 0 || cols == 0) return;
+  const auto blocks = static_cast<unsigned>(rows);
+  switch (t) {
+    case DType::fp32: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<float*>(m), cols, row_scale); break;
+    case DType::bf16: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<__nv_bfloat16*>(m), cols, row_scale); break;
+    case DType::fp16: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<__half*>(m), cols, row_scale); break;
   }
-};
-}  // namespace
-
-size_t target_rows_add_scratch(int64_t tokens, int64_t hidden) { return TargetAddLayout(tokens, hidden).total; }
-
-void target_rows_add(const LossParams& p, const float* lse, const float* z_target, const void* x, int64_t hidden,
-                     int64_t tokens, void* scratch, void* dw, bool dw_fp32, float* db_acc, cudaStream_t st) {
-  if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
-  if (tokens == 0 || hidden == 0) return;
-  if (tokens > INT32_MAX || p.vocab >= INT32_MAX) fail_usage("target_rows_add: more tokens or targets than 32 bits hold");
-  const TargetAddLayout L(tokens, hidden);
-  char* base = static_cast<char*>(scratch);
-  auto* keys = reinterpret_cast<unsigned*>(base + L.keys);
-  auto* rows = reinterpret_cast<unsigned*>(base + L.rows);
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((tokens + 255) / 256, 4096));
-  target_keys_kernel<<<blocks, 256, 0, st>>>(p, tokens, keys, rows);
-  CELTUNE_LAUNCHED();
-  cub::DoubleBuffer<unsigned> k(keys, keys + tokens), r(rows, rows + tokens);
-  const int bits = std::bit_width(static_cast<uint64_t>(p.vocab));  // V itself: the ignored tokens' key
-  size_t need = 0;
-  CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, need, k, r, static_cast<int>(tokens), 0, bits, st));
-  if (need > L.temp_bytes)
-    fail_env("target_rows_add: CUB's radix sort asks " + std::to_string(need) + " bytes of temporary storage, " +
-             std::to_string(L.temp_bytes) + " were laid out");
-  CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(base + L.temp, need, k, r, static_cast<int>(tokens), 0, bits, st));
-  TargetSums s{k.Current(), r.Current(), tokens, hidden, reinterpret_cast<float*>(base + L.part),
-               reinterpret_cast<float*>(base + L.part_t), dw, dw_fp32, db_acc};
-  const dim3 grid(static_cast<unsigned>((tokens + kAddPiece - 1) / kAddPiece),
-                  static_cast<unsigned>((hidden + kAddCols - 1) / kAddCols));
-  const auto* xb = static_cast<const __nv_bfloat16*>(x);
-  target_pieces_kernel<<<grid, kAddThreads, 0, st>>>(p, lse, z_target, xb, s);
-  CELTUNE_LAUNCHED();
-  target_spans_kernel<__nv_bfloat16><<<grid, kAddThreads, 0, st>>>(p, s);
   CELTUNE_LAUNCHED();
 }
 

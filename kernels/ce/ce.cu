@@ -24,11 +24,13 @@
 // {1, …, 32} per dtype and maps the runtime config to a kernel pointer. threads
 // stays a runtime launch parameter.
 #include <cooperative_groups.h>
+#include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -40,6 +42,7 @@
 #include "ce.hpp"
 #include "kernels/cuda_check.hpp"
 #include "kernels/device_math.cuh"
+#include "kernels/flce/sm90/variants.hpp"
 
 namespace celtune::cuda {
 namespace {
@@ -1702,17 +1705,35 @@ __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_s
   db_acc[v.v0 + j] += acc;
 }
 
-template <typename T>
-__device__ void scale_row(T* line, int64_t cols, float a) {
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) line[j] = Conv<T>::from(scaled_by(a, Conv<T>::to(line[j])));
+// The target's own element of a scaled-dZ row, dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), in
+// fp32 from the target's logit (z_target) and the LSE: p_y − 1 before any
+// rounding, as flce-math.md asks, so a confident row keeps its 1 − p. With a
+// softcap g = 1 − (ẑ_y/s)², without one 1. 0 for a token the loss ignores (c =
+// 0). The tile holds 0 there (scaled_dz_rows), and dX, dW and db take this term
+// apart, in fp32, before their one rounding (ce.hpp).
+__device__ __forceinline__ float target_term(const LossParams& p, const float* lse, const float* z_target, int64_t row,
+                                             int64_t y) {
+  const float c = token_scale(p, row, y);
+  if (c == 0.0f) return 0.0f;
+  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
+  const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
+  return c * (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
 }
 
 template <typename T>
 __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
                                       int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp, RowsToScale after) {
-  if (blockIdx.x >= v.rows) {  // the blocks past the chunk's rows: scale_rows' work on `after`
-    const int64_t k = blockIdx.x - v.rows;
-    scale_row(static_cast<T*>(after.m) + k * after.cols, after.cols, after.row_scale[k]);
+  if (blockIdx.x >= v.rows) {
+    // The blocks past the chunk's rows: the previous chunk's dX, whose GEMM has
+    // run, becomes a_k·(q·W)_k + t_k·W[y_k], formed in fp32 and rounded once.
+    const int64_t k = blockIdx.x - v.rows, row = after.r0 + k, y = target_of(p, row);
+    const float a = after.row_scale[k], t = target_term(p, lse, z_target, row, y);
+    T* line = static_cast<T*>(after.m) + k * after.cols;
+    const T* w = t == 0.0f ? nullptr : static_cast<const T*>(after.w) + y * after.cols;
+    for (int64_t h = threadIdx.x; h < after.cols; h += blockDim.x) {
+      const float s = scaled_by(a, Conv<T>::to(line[h]));
+      line[h] = Conv<T>::from(w ? fmaf(t, Conv<T>::to(w[h]), s) : s);
+    }
     return;
   }
   const int64_t i = blockIdx.x, row = v.r0 + i;
@@ -1734,26 +1755,266 @@ __global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse
       const float f = rp.pairs[at + 1] == 0.0f ? 0.0f : expf(rp.pairs[at] - L);
       q[j] = Conv<T>::from(Conv<T>::to(q[j]) * f);
     }
-    __syncthreads();  // before the target's element is patched
+    __syncthreads();  // before the target's element is cleared
   }
   if (threadIdx.x == 0) {
     row_scale[i] = a;
-    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) {
-      // dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), p_y − 1 in fp32 before rounding; with a
-      // softcap g = 1 − (ẑ_y/s)², without one 1.
-      const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
-      const float dz = (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
-      q[y - v.v0] = Conv<T>::from(dz * expf(L - ref) / zl);  // = c·dz / a
-    }
+    // The target's element leaves the bf16 tile: target_term carries all of it.
+    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) q[y - v.v0] = Conv<T>::from(0.0f);
   }
   const T* in = x + i * hidden;
   T* out = x_scaled + i * hidden;
   for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) out[h] = Conv<T>::from(scaled_by(a, Conv<T>::to(in[h])));
 }
 
+// target_rows_add's sort keys: each token's target, or V for a token the loss
+// ignores (sorted last, never read), with its row as the value.
+__global__ void target_keys_kernel(LossParams p, int64_t tokens, unsigned* keys, unsigned* rows) {
+  for (int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; row < tokens;
+       row += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t y = target_of(p, row);
+    keys[row] = static_cast<unsigned>(token_scale(p, row, y) == 0.0f ? p.vocab : y);
+    rows[row] = static_cast<unsigned>(row);
+  }
+}
+
+// The tokens sorted by target, rows ascending within a target (a stable sort),
+// in pieces of kAddPiece: target_pieces_kernel sums t_j·x_j over each run of
+// one target in a piece, in token order, in fp32. A target whose tokens all lie
+// in the piece is added to dW and db there; a run that continues into the next
+// piece or from the previous one leaves its sum in the piece's slot (0: the
+// piece's first run, continued from before; 1: its last run, begun here), for
+// target_spans_kernel. So the sums and their order depend only on the targets:
+// deterministic, with no warp's serial work above a piece, however many tokens
+// share a target.
+constexpr int kAddThreads = 256, kAddPerThread = 4, kAddCols = kAddThreads * kAddPerThread;
+constexpr int64_t kAddPiece = kSm90TargetPiece;
+struct TargetSums {
+  const unsigned *keys, *rows;  // sorted
+  int64_t tokens, hidden;
+  float* part;      // [pieces][2][hidden]
+  float* part_t;    // [pieces][2]: the runs' Σ t_j
+  void* dw;         // [V, hidden]: fp32, or the bf16 output
+  bool dw_fp32;
+  float* db_acc;    // null: no bias
+};
+// A target's row of dW (PER columns a thread, h0, h0 + STEP, …) and its db
+// entry (read by the one thread that writes it: db_here), in fp32: read ahead
+// of the sums that complete them, so that no add waits on a read.
+template <int PER>
+struct TargetRow {
+  float d[PER], b;
+};
+template <typename T, int PER, int STEP>
+__device__ TargetRow<PER> read_target_row(const TargetSums& s, int64_t y, int64_t h0, bool db_here) {
+  TargetRow<PER> r;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int64_t h = h0 + k * STEP, at = y * s.hidden + h;
+    r.d[k] = h >= s.hidden ? 0.0f : s.dw_fp32 ? static_cast<const float*>(s.dw)[at] : Conv<T>::to(static_cast<const T*>(s.dw)[at]);
+  }
+  r.b = db_here ? s.db_acc[y] : 0.0f;
+  return r;
+}
+template <typename T, int PER, int STEP>
+__device__ void add_target_row(const TargetSums& s, int64_t y, int64_t h0, bool db_here, const TargetRow<PER>& r,
+                               const float (&acc)[PER], float tsum) {
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int64_t h = h0 + k * STEP, at = y * s.hidden + h;
+    if (h >= s.hidden) continue;
+    if (s.dw_fp32)
+      static_cast<float*>(s.dw)[at] = r.d[k] + acc[k];
+    else
+      static_cast<T*>(s.dw)[at] = Conv<T>::from(r.d[k] + acc[k]);
+  }
+  if (db_here) s.db_acc[y] = r.b + tsum;
+}
+
+// Eight contiguous columns h … h + 7 of a row (all inside it or all past it when
+// VEC: 16-byte loads and stores, which need H % 8 = 0 and aligned rows).
+template <typename E>
+struct Cols8 {
+  uint4 raw[sizeof(E) / 2];  // the eight elements as stored
+  __device__ float at(int k) const { return Conv<E>::to(reinterpret_cast<const E*>(raw)[k]); }
+};
+template <typename E, bool VEC>
+__device__ __forceinline__ Cols8<E> load_cols8(const E* row, int64_t h, int64_t hidden) {
+  Cols8<E> c{};
+  if constexpr (VEC) {
+    if (h < hidden)
+#pragma unroll
+      for (int q = 0; q < int{sizeof(E) / 2}; ++q) c.raw[q] = reinterpret_cast<const uint4*>(row + h)[q];
+  } else {
+    E* e = reinterpret_cast<E*>(c.raw);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (h + k < hidden) e[k] = row[h + k];
+  }
+  return c;
+}
+template <typename E, bool VEC>
+__device__ __forceinline__ void store_cols8(E* row, int64_t h, int64_t hidden, const float (&v)[8]) {
+  Cols8<E> c;
+  E* e = reinterpret_cast<E*>(c.raw);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) e[k] = Conv<E>::from(v[k]);
+  if constexpr (VEC) {
+    if (h < hidden)
+#pragma unroll
+      for (int q = 0; q < int{sizeof(E) / 2}; ++q) reinterpret_cast<uint4*>(row + h)[q] = c.raw[q];
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (h + k < hidden) row[h + k] = e[k];
+  }
+}
+
+// A warp a sorted token and a slice of kPieceCols columns (8 contiguous a
+// lane): the warp whose token begins a run of one target in its piece sums the
+// run; the others return at once. One load gives the warp the keys and rows of
+// the 32 sorted tokens from its own one back, which for the common run (one
+// token, uniform over V) holds all it needs: its dW row and X row then load
+// together. Longer runs (real text repeats targets: Zipf, counted padding) load
+// the X rows of kRunBatch tokens at once and add them in token order.
+// Thousands of warps each wait a round trip or two, where a warp that walked
+// sixteen runs in turn waited sixteen: 112 µs at Mistral-7B N = 1024 (ncu), and
+// the block that walked a piece's tokens in turn 216 µs.
+constexpr int kPieceCols = 256, kRunBatch = 8;
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(kAddThreads)
+    target_pieces_kernel(LossParams p, const float* lse, const float* z_target, const T* x, TargetSums s) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x % 32;
+  const int64_t k = int64_t{blockIdx.x} * (kAddThreads / 32) + threadIdx.x / 32;
+  if (k >= s.tokens) return;  // the warp's token: the exits are all the warp's
+  const auto V = static_cast<unsigned>(p.vocab);
+  const int64_t piece_end = std::min((k / kAddPiece + 1) * kAddPiece, s.tokens);
+  // Lane l: sorted position k − 1 + l (key V outside the tokens: no target's).
+  const int64_t at = k - 1 + lane;
+  const bool in = at >= 0 && at < s.tokens;
+  const unsigned key = in ? s.keys[at] : V, win_row = in ? s.rows[at] : 0u;
+  const unsigned y = __shfl_sync(kAll, key, 1);
+  const bool began = __shfl_sync(kAll, key, 0) != y;  // the target's first token is this one
+  if (y >= V) return;                                  // the ignored tokens, sorted last
+  if (!began && k % kAddPiece != 0) return;            // inside a run: its first token's warp sums it
+  int64_t end;                                         // past the run's last token in the piece
+  {
+    unsigned m = __ballot_sync(kAll, lane >= 2 && (at >= piece_end || key != y));
+    int64_t w = k - 1;
+    while (m == 0) {  // a run past the window: the next 32 positions
+      w += 32;
+      const int64_t a = w + lane;
+      m = __ballot_sync(kAll, a >= piece_end || s.keys[a] != y);
+    }
+    end = w + __ffs(static_cast<int>(m)) - 1;
+  }
+  const bool goes_on = end == piece_end && end < s.tokens && s.keys[end] == y;  // into the next piece
+  const bool whole = began && !goes_on;
+  const bool db_lane = s.db_acc && blockIdx.y == 0 && lane == 0;
+  const int64_t h = int64_t{blockIdx.y} * kPieceCols + lane * 8;
+  float row[8] = {}, row_b = 0.0f;
+  if (whole) {
+    if (s.dw_fp32) {
+      const auto c = load_cols8<float, VEC>(static_cast<const float*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) row[i] = c.at(i);
+    } else {
+      const auto c = load_cols8<T, VEC>(static_cast<const T*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) row[i] = c.at(i);
+    }
+    if (db_lane) row_b = s.db_acc[y];
+  }
+  float acc[8] = {}, tsum = 0.0f;
+  for (int64_t j0 = k; j0 < end; j0 += kRunBatch) {
+    // Lane l holds token j0 + l % kRunBatch's row and t (lanes past the batch
+    // repeat them): from the window while it reaches, else loaded.
+    const int64_t j = j0 + lane % kRunBatch;
+    const bool on = j < end;
+    unsigned r = __shfl_sync(kAll, win_row, static_cast<int>(std::min<int64_t>(j - k + 1, 31)));
+    if (on && j - k + 1 > 31) r = s.rows[j];
+    const float t = on ? target_term(p, lse, z_target, r, y) : 0.0f;
+    Cols8<T> xv[kRunBatch];
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) {
+      const unsigned ru = __shfl_sync(kAll, r, u);
+      xv[u] = j0 + u < end ? load_cols8<T, VEC>(x + int64_t{ru} * s.hidden, h, s.hidden) : Cols8<T>{};
+    }
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) {
+      const float tu = __shfl_sync(kAll, t, u);
+      if (j0 + u >= end) break;  // the warp's: j0 and end are
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = fmaf(tu, xv[u].at(i), acc[i]);
+      tsum += tu;
+    }
+  }
+  if (whole) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) row[i] += acc[i];
+    if (s.dw_fp32)
+      store_cols8<float, VEC>(static_cast<float*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden, row);
+    else
+      store_cols8<T, VEC>(static_cast<T*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden, row);
+    if (db_lane) s.db_acc[y] = row_b + tsum;
+  } else {
+    const int64_t slot = 2 * (k / kAddPiece) + (began ? 1 : 0);
+    store_cols8<float, VEC>(s.part + slot * s.hidden, h, s.hidden, acc);
+    if (blockIdx.y == 0 && lane == 0) s.part_t[slot] = tsum;
+  }
+}
+
+// The targets whose tokens span pieces: the piece where such a target begins
+// finds the target's last token by a binary search of the sorted keys, then adds
+// its slot 1 and each following piece's slot 0 in piece order, kRunBatch
+// pieces' slots loaded at once, and adds the total to dW and db. (End-of-text
+// padding that the loss counts makes one target of a whole batch: N / 128
+// pieces, which one slot at a time waited one trip each.)
 template <typename T>
-__global__ void scale_rows_kernel(T* m, int64_t cols, const float* row_scale) {
-  scale_row(m + int64_t{blockIdx.x} * cols, cols, row_scale[blockIdx.x]);
+__global__ void __launch_bounds__(kAddThreads) target_spans_kernel(LossParams p, TargetSums s) {
+  const int64_t piece = blockIdx.x, k0 = piece * kAddPiece, k1 = std::min(k0 + kAddPiece, s.tokens);
+  if (k1 >= s.tokens) return;
+  const unsigned y = s.keys[k1 - 1];
+  if (y >= p.vocab || s.keys[k1] != y) return;                      // the last run ends here
+  if (k0 > 0 && s.keys[k0] == y && s.keys[k0 - 1] == y) return;   // ... or began before this piece
+  int64_t lo = k1, hi = s.tokens;  // the first token past the target: keys[lo − 1] = y
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (s.keys[mid] == y) lo = mid + 1; else hi = mid;
+  }
+  const int64_t last = (lo - 1) / kAddPiece;  // the piece of the target's last token
+  const int64_t h0 = int64_t{blockIdx.y} * kAddCols + threadIdx.x;
+  float acc[kAddPerThread], tsum = s.part_t[2 * piece + 1];
+#pragma unroll
+  for (int i = 0; i < kAddPerThread; ++i) {
+    const int64_t h = h0 + i * kAddThreads;
+    acc[i] = h < s.hidden ? s.part[(2 * piece + 1) * s.hidden + h] : 0.0f;
+  }
+  for (int64_t q0 = piece + 1; q0 <= last; q0 += kRunBatch) {
+    float v[kRunBatch][kAddPerThread], vt[kRunBatch];
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) {
+      const bool on = q0 + u <= last;
+      vt[u] = on ? s.part_t[2 * (q0 + u)] : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kAddPerThread; ++i) {
+        const int64_t h = h0 + i * kAddThreads;
+        v[u][i] = on && h < s.hidden ? s.part[2 * (q0 + u) * s.hidden + h] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) {
+      if (q0 + u > last) break;
+#pragma unroll
+      for (int i = 0; i < kAddPerThread; ++i) acc[i] += v[u][i];
+      tsum += vt[u];
+    }
+  }
+  const bool db_here = s.db_acc && blockIdx.y == 0 && threadIdx.x == 0;
+  add_target_row<T, kAddPerThread, kAddThreads>(s, y, h0, db_here,
+                                                read_target_row<T, kAddPerThread, kAddThreads>(s, y, h0, db_here), acc,
+                                                tsum);
 }
 
 template <typename T>
@@ -2048,7 +2309,7 @@ void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, co
                     cudaStream_t st) {
   // bf16 only (sm90_scaled_dz, variants.hpp: fp16 cannot hold q).
   if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
-  if ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0))
+  if (v.rows > 0 && ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0)))
     fail_usage("the scaled dZ path takes a softcap or the partials of sampled references");
   const int64_t blocks = v.rows + (after.cols > 0 ? after.rows : 0);
   if (blocks == 0) return;
@@ -2059,14 +2320,50 @@ void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, co
   CELTUNE_LAUNCHED();
 }
 
-void scale_rows(void* m, DType t, int64_t rows, int64_t cols, const float* row_scale, cudaStream_t st) {
-  if (rows == 0 || cols == 0) return;
-  const auto blocks = static_cast<unsigned>(rows);
-  switch (t) {
-    case DType::fp32: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<float*>(m), cols, row_scale); break;
-    case DType::bf16: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<__nv_bfloat16*>(m), cols, row_scale); break;
-    case DType::fp16: scale_rows_kernel<<<blocks, 256, 0, st>>>(static_cast<__half*>(m), cols, row_scale); break;
-  }
+
+void target_rows_add_check(int64_t tokens, int64_t vocab) {
+  if (tokens == 0) return;
+  cub::DoubleBuffer<unsigned> k(nullptr, nullptr), r(nullptr, nullptr);
+  size_t need = 0;
+  CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, need, k, r, static_cast<int>(tokens), 0,
+                                               std::bit_width(static_cast<uint64_t>(vocab))));
+  const size_t room = Sm90TargetScratch(tokens, 0).temp_bytes;
+  if (need > room)
+    fail_env("target_rows_add: CUB's radix sort asks " + std::to_string(need) + " bytes of temporary storage for " +
+             std::to_string(tokens) + " tokens, " + std::to_string(room) + " are laid out (Sm90TargetScratch)");
+}
+
+void target_rows_add(const LossParams& p, const float* lse, const float* z_target, const void* x, int64_t hidden,
+                     int64_t tokens, void* scratch, void* dw, bool dw_fp32, float* db_acc, cudaStream_t st) {
+  if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
+  if (tokens == 0 || hidden == 0) return;
+  if (tokens > INT32_MAX || p.vocab >= INT32_MAX) fail_usage("target_rows_add: more tokens or targets than 32 bits hold");
+  const Sm90TargetScratch L(tokens, hidden);
+  char* base = static_cast<char*>(scratch);
+  auto* keys = reinterpret_cast<unsigned*>(base + L.keys);
+  auto* rows = reinterpret_cast<unsigned*>(base + L.rows);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((tokens + 255) / 256, 4096));
+  target_keys_kernel<<<blocks, 256, 0, st>>>(p, tokens, keys, rows);
+  CELTUNE_LAUNCHED();
+  cub::DoubleBuffer<unsigned> k(keys, keys + tokens), r(rows, rows + tokens);
+  const int bits = std::bit_width(static_cast<uint64_t>(p.vocab));  // V itself: the ignored tokens' key
+  size_t room = L.temp_bytes;  // checked against CUB's query before the call's first launch
+  CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(base + L.temp, room, k, r, static_cast<int>(tokens), 0, bits, st));
+  TargetSums s{k.Current(), r.Current(), tokens, hidden, reinterpret_cast<float*>(base + L.part),
+               reinterpret_cast<float*>(base + L.part_t), dw, dw_fp32, db_acc};
+  const auto pieces = static_cast<unsigned>((tokens + kAddPiece - 1) / kAddPiece);
+  const auto* xb = static_cast<const __nv_bfloat16*>(x);
+  const dim3 grid(static_cast<unsigned>((tokens + kAddThreads / 32 - 1) / (kAddThreads / 32)),
+                  static_cast<unsigned>((hidden + kPieceCols - 1) / kPieceCols));
+  // 16-byte loads and stores: rows of a multiple of 8 columns at aligned bases
+  // (the scratch's part is; the caller's x and dW need not be).
+  if (hidden % 8 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(dw)) % 16 == 0)
+    target_pieces_kernel<__nv_bfloat16, true><<<grid, kAddThreads, 0, st>>>(p, lse, z_target, xb, s);
+  else
+    target_pieces_kernel<__nv_bfloat16, false><<<grid, kAddThreads, 0, st>>>(p, lse, z_target, xb, s);
+  CELTUNE_LAUNCHED();
+  target_spans_kernel<__nv_bfloat16>
+      <<<dim3(pieces, static_cast<unsigned>((hidden + kAddCols - 1) / kAddCols)), kAddThreads, 0, st>>>(p, s);
   CELTUNE_LAUNCHED();
 }
 

@@ -155,7 +155,7 @@ void reduce_loss(const float* token_loss, int64_t tokens, const LossParams& p, f
 
 // db[v0 + j] += Σ_r dZ[r, j] over the tile's rows, fp32; one thread per column.
 // With row_scale, dZ[r, j] = row_scale[r]·tile[r, j] (scaled_dz_rows), 0 where
-// the scale is 0.
+// the scale is 0; the targets' terms then come from target_rows_add.
 void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, const float* row_scale = nullptr);
 
 // flce's one-pass backward without a dZ pass (impl fused, where sm90_scaled_dz
@@ -165,30 +165,46 @@ void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, con
 // merge left it, NaN where some tiles of the row hold q against their own max
 // (the partial's m): such a row is first rescaled to m_i = L_i here. Per row i
 // of the view (problem row r0 + i): row_scale[i] = a_i = c_i·(1 + 2λL_i)·
-// exp(m_i − L_i), so that dZ = a_i·q off the target; the target's element
-// becomes dZ_iy / a_i, its p − 1 taken in fp32 from z_target (ẑ at the target,
-// indexed like lse) as flce-math.md asks; and x_scaled[i] = a_i·x[i] in the input
-// dtype (0 where a_i = 0), the B operand of dW = qᵀ·diag(a)·X. x and x_scaled are
-// [rows, hidden], this chunk's rows. The same launch scales `after` (scale_rows'
-// work on the previous chunk's dX, whose GEMM has run by then): a launch and a
-// kernel boundary fewer a chunk.
+// exp(m_i − L_i), so that dZ = a_i·q off the target; the target's element is
+// set to 0; and x_scaled[i] = a_i·x[i] in the input dtype (0 where a_i = 0), the
+// B operand of dW = qᵀ·diag(a)·X. x and x_scaled are [rows, hidden], this
+// chunk's rows. The target's element of dZ, t_i = c_i·(zl·p_y − 1)·g(ẑ_y) with
+// p_y − 1 taken in fp32 from z_target (ẑ at the target, indexed like lse) as
+// flce-math.md asks, stays out of the bf16 tile, where it would be rounded and
+// then multiplied by the rounded a·X: it dominates dW's target rows and dX. It
+// joins each in fp32 before their one rounding instead: dX in `after` below,
+// dW and db in target_rows_add. The same launch finishes `after`, the previous
+// chunk's dX, whose GEMM has run by then (a launch and a kernel boundary fewer
+// a chunk): dX_k = a_k·(q·W)_k + t_k·W[y_k]. A view of no rows finishes the last
+// chunk.
 struct RefPartials {
   const float* pairs = nullptr;  // the GEMM's (m, d) partials, [tiles][rows_pad]; null: m_i = s
   int64_t rows_pad = 0;
   int block_n = 0;  // columns a partial covers
 };
-struct RowsToScale {  // m[i, :] *= row_scale[i] for i < rows (none when rows = 0)
+struct RowsToScale {  // m[k, :] = row_scale[k]·m[k, :] + t_k·w[y_k, :] for k < rows (none when rows = 0)
   void* m = nullptr;
+  int64_t r0 = 0;  // the problem row of m's first row
   int64_t rows = 0, cols = 0;
   const float* row_scale = nullptr;
+  const void* w = nullptr;  // [V, cols]
 };
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
                     int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, const RowsToScale& after,
                     cudaStream_t st);
 
-// m[i, :] *= row_scale[i] for a row-major [rows, cols] matrix of dtype t, 0 where
-// the scale is 0 (an ignored row's dX, whatever its q held).
-void scale_rows(void* m, DType t, int64_t rows, int64_t cols, const float* row_scale, cudaStream_t st);
+// The scaled-dZ path's target terms in dW and db, after the call's last dW
+// GEMM: dW[y] += Σ t_j·x_j and db_acc[y] += Σ t_j over the tokens j with target
+// y, t_j as in scaled_dz_rows, summed in fp32 in token order and rounded once
+// into dW (fp32 accumulator or the bf16 output): deterministic, whatever the
+// targets (a stable sort by target, then the sums in fixed pieces). x is
+// [tokens, hidden] (the problem's X); scratch is laid out as Sm90TargetScratch
+// (kernels/flce/sm90/variants.hpp) says. target_rows_add_check, before the
+// call's first launch: that CUB's sort fits the temporary storage laid out
+// there (its query needs a device; the layout is computed without one).
+void target_rows_add_check(int64_t tokens, int64_t vocab);
+void target_rows_add(const LossParams& p, const float* lse, const float* z_target, const void* x, int64_t hidden,
+                     int64_t tokens, void* scratch, void* dw, bool dw_fp32, float* db_acc, cudaStream_t st);
 
 // out[i] = (dtype) in[i] for n elements.
 void convert_from_f32(const float* in, void* out, DType t, int64_t n, cudaStream_t st);

@@ -39,9 +39,12 @@
 // the first chunk from the logits of kSm90RefSamples columns spread over V (a
 // small cuBLASLt GEMM into the tile, then sample_ref). A kernel a row
 // (scaled_dz_rows) writes a_i, rescales the rare row whose tiles took their own
-// max, patches the target's element and scales X by a_i into dX's rows, for
-// dW = qᵀ·(a·X); dX's GEMM then overwrites them, and dX = a·(q·W) takes its
-// factor in the next chunk's scaled_dz_rows launch (scale_rows after the last).
+// max, clears the target's element and scales X by a_i into dX's rows, for
+// dW = qᵀ·(a·X); dX's GEMM then overwrites them, and dX = a·(q·W) + t·W[y]
+// takes its factor and its target term in the next chunk's scaled_dz_rows
+// launch (one of its own after the last). The target's term t_i (dZ_iy, in
+// fp32) reaches dW and db in one kernel after the last chunk (target_rows_add):
+// kept out of the bf16 tile, it is rounded once, as PyTorch's bf16 dZ is.
 // A chunk so runs five kernels: logits GEMM, merge, scaled_dz_rows, dW, dX. The
 // dZ pass read and wrote 1 GB a 1024-row chunk at Gemma-2-2B, 0.5 GB (0.19 ms
 // on the H100) at Llama-3-8B. Two passes: the
@@ -163,7 +166,12 @@ struct Layout {
     state = take(flce && !fused ? sizeof(float) * 5 * static_cast<size_t>(N) : 0);
     counters = take(2 * sizeof(int64_t));
     // Fused forward stores no tile: the statistics come out of the GEMM's epilogue.
-    tile = take(flce && (bwd || !fused) ? static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)) : 0);
+    // scaled_dz: the tile also holds target_rows_add's scratch after the last
+    // chunk (Sm90TargetScratch: about 4 MiB + 20·N + N·H/16 bytes, 8 MiB at
+    // Llama-3-8B N = 8192; larger than the tile only at few rows of a small V).
+    tile = take(flce && (bwd || !fused) ? std::max(static_cast<size_t>(rc * ld_vc * dtype_bytes(p.dtype)),
+                                                   scaled_dz ? Sm90TargetScratch(N, H).total : 0)
+                                        : 0);
     dx = take(dx_acc ? static_cast<size_t>(rc * H) * 4 : 0);
     dw = take(dw_acc ? static_cast<size_t>(V * H) * 4 : 0);
     db = take(db_acc ? static_cast<size_t>(V) * 4 : 0);
@@ -397,6 +405,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   auto algo = [&](GemmRole r) { return c.gemm_algos.empty() ? nullptr : &c.gemm_algos[static_cast<size_t>(r)]; };
   const Workspace ws{base + L.ws, L.ws_bytes};
 
+  if (L.scaled_dz) target_rows_add_check(L.N, L.V);  // before any launch: a refusal leaves no output half written
   if (L.db_acc) CELTUNE_CUDA(cudaMemsetAsync(db_acc, 0, static_cast<size_t>(L.V) * 4, st));
 
   // GEMM 1: tile[rows, cols] = X[R]·W[C]ᵀ. The bias joins in the CE kernels (LossParams::bias).
@@ -454,7 +463,7 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
   // GEMMs 2 and 3 and db, from a dZ tile, or (scaled_dz) from q with the row
   // factors and the scaled X that scaled_dz_rows wrote into dX's rows: dW first,
   // then dX's GEMM overwrites them (and the next chunk's scaled_dz_rows, or
-  // scale_rows after the last, multiplies them by a_i).
+  // its own launch after the last, multiplies them by a_i and adds the target term).
   auto consume = [&](int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     float* row_scale = row_scale_of(chunk_index);
     const bool first_v = v0 == 0, first_r = r0 == 0;
@@ -520,8 +529,8 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
             ref.rows_pad = sm90_partial_rows(logits_variant(c), rows);
             ref.block_n = kSm90LogitsBlockN[logits_variant(c)];
           }
-          const RowsToScale prev{at_mut(a.dx, (r0 - prev_rows) * H, bytes), prev_rows, H,
-                                 row_scale_of(chunk_index - 1)};
+          const RowsToScale prev{at_mut(a.dx, (r0 - prev_rows) * H, bytes), r0 - prev_rows, prev_rows, H,
+                                 row_scale_of(chunk_index - 1), a.w};
           scaled_dz_rows(all, lp, a.lse, reinterpret_cast<const float*>(base + L.z_target), at(a.x, r0 * H, bytes), H,
                          at_mut(a.dx, r0 * H, bytes), row_scale_of(chunk_index), ref, prev, st);
         } else {
@@ -551,8 +560,16 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     }
     r0 += rows, prev_rows = rows, ++chunk_index;
   }
-  if (L.scaled_dz)
-    scale_rows(at_mut(a.dx, (r0 - prev_rows) * H, bytes), p.dtype, prev_rows, H, row_scale_of(chunk_index - 1), st);
+  if (L.scaled_dz) {
+    // The last chunk's dX (a view of no rows), then the targets' terms of dW and db.
+    const float* z_target = reinterpret_cast<const float*>(base + L.z_target);
+    const RowsToScale last{at_mut(a.dx, (r0 - prev_rows) * H, bytes), r0 - prev_rows, prev_rows, H,
+                           row_scale_of(chunk_index - 1), a.w};
+    scaled_dz_rows(TileView{tile, L.ld_vc, r0, 0, 0, L.V, tile, L.ld_vc}, lp, a.lse, z_target, a.x, H, a.dx,
+                   row_scale_base, RefPartials{}, last, st);
+    target_rows_add(lp, a.lse, z_target, a.x, H, L.N, tile, L.dw_acc ? static_cast<void*>(dw_acc) : a.dw, L.dw_acc,
+                    L.db_acc ? db_acc : nullptr, st);
+  }
   if (L.dw_acc) convert_from_f32(dw_acc, a.dw, p.dtype, L.V * H, st);
   if (L.db_acc) convert_from_f32(db_acc, a.db, p.dtype, L.V, st);
   if (!L.fused) reduce_loss(a.token_loss, L.N, lp, a.loss, st);  // fused: the last merge did

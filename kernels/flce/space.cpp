@@ -84,8 +84,12 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   // 64-bit counts a merge block of 8 or more rows, so at most rows/8 + 1 blocks
   // a chunk): 160 KiB at N = 65536, which took seeds there past 256 MiB.
   auto end_slots = [&](int64_t rows) { return 20 * (p.tokens / 8 + chunks(rows)); };
+  // Without a dZ pass the tile also holds target_rows_add's scratch after the
+  // last chunk (flce.cu's Layout takes the larger).
+  const int64_t target_scratch =
+      sm90_scaled_dz(p, f) ? static_cast<int64_t>(Sm90TargetScratch(p.tokens, p.hidden).total) : 0;
   auto fits = [&](int64_t rows, int64_t ws_mib, int64_t more = 0) {
-    return rows * (tile_row + part_row) + end_slots(rows) + more <= room(ws_mib);
+    return std::max(rows * tile_row, target_scratch) + rows * part_row + end_slots(rows) + more <= room(ws_mib);
   };
   auto fit = [&](int64_t start, int64_t ws_mib) {
     int64_t rc = start / cluster_rows * cluster_rows;

@@ -610,6 +610,62 @@ TEST_CASE("impl fused without a dZ pass or a softcap: rows past their sampled re
     }
 }
 
+TEST_CASE("impl fused without a dZ pass: dX, dW and db as accurate as the plain path's bf16 dZ") {
+  // The target's element of dZ dominates dX and dW's target rows where p_y is
+  // small (random inputs, early training). Through the bf16 tile as c·dZ/a and
+  // then the rounded a·X it carried two roundings where the plain path's bf16 dZ
+  // carries one: 1.7× the plain path's dX error and 4.5× its dW error at
+  // Llama-3-8B (docs/results.md, fifty-sixth session), within validate's margin
+  // but not its factor. target_term keeps it in fp32 to the one rounding, so
+  // these are judged by the factor alone. The plain path's target term is
+  // exact where c is a power of two and p_y < 2^-9, as at Llama-3-8B's mean
+  // over N = 4096 tokens: so at V = 8192 every token counts (c = 1/1024), and
+  // there the kernels before target_term fail the factor. Elsewhere ignored
+  // tokens; row chunks that do not divide N, a bias, both dW accumulators, and
+  // targets repeated within target_rows_add's pieces of 128 sorted tokens (V =
+  // 61) and across several (V = 3). Logits of scale 0.5 (p_y ~ 1/V, as at
+  // Llama-3-8B's random inputs; at validate's 4 the logits' own rounding hides
+  // the target's term). The factor is a statistic of many elements: db at V =
+  // 61 and 3 and dW at V = 3 hold a few hundred or fewer, where one element's
+  // rounding to the next bf16 moves the ratio by half (checked by validate
+  // alone).
+  const double factor = tolerance_for(DType::bf16).baseline_factor;
+  for (const double softcap : {30.0, 0.0})
+    for (const int64_t vocab : {int64_t{8192}, int64_t{61}, int64_t{3}})
+      for (const std::string& dw : dw_choices()) {
+        ValidationCase vc;
+        Problem& p = vc.problem;
+        // N = 1000 where no power of two is needed: the last of target_rows_add's
+        // pieces partial. Softcap 30 also takes reduction none with a z-loss (V =
+        // 61) and sum with int32 targets (V = 3).
+        p.family = Family::flce, p.tokens = vocab == 8192 ? 1024 : 1000, p.hidden = 256, p.vocab = vocab;
+        p.dtype = DType::bf16, p.bias = true, p.loss.softcap = softcap;
+        if (softcap > 0 && vocab == 61) p.loss.reduction = Reduction::none, p.loss.z_loss = 1e-3;
+        if (softcap > 0 && vocab == 3) p.loss.reduction = Reduction::sum, p.target_type = TargetType::i32;
+        vc.spec.ignore_fraction = vocab == 8192 ? 0.0 : 0.1, vc.spec.logit_scale = 0.5, vc.spec.seed = next_seed();
+        vc.config.impl = KernelConfig::Impl::fused, vc.config.row_chunk = 384, vc.config.dw_kernel = dw;
+        vc.config.dw_acc_fp32 = dw == kDwOnCublaslt;
+        REQUIRE(sm90_scaled_dz(p, vc.config));
+        if (!fused_runs(p, vc.config)) return;
+        vc.name = "fused, no dZ pass, accuracy: softcap " + std::to_string(static_cast<int>(softcap)) + ", V " +
+                  std::to_string(vocab) + (dw.empty() ? "" : ", dW " + dw);
+        CAPTURE(vc.name);
+        const CaseResult r = expect_pass(vc);
+        REQUIRE(r.truth == "fp64");
+        for (const auto& o : r.outputs) {
+          if (o.name != "dx" && o.name != "dw" && o.name != "db") continue;
+          if (o.kernel.count < 4096) continue;
+          CAPTURE(o.name);
+          CAPTURE(o.baseline_path);
+          CAPTURE(o.kernel.rel_l2);
+          CAPTURE(o.baseline.rel_l2);
+          MESSAGE(vc.name << " " << o.name << ": rel L2 " << o.kernel.rel_l2 << ", plain path " << o.baseline.rel_l2);
+          CHECK(!o.beyond_lse_reach);
+          CHECK(o.kernel.rel_l2 <= factor * o.baseline.rel_l2);
+        }
+      }
+}
+
 TEST_CASE("impl fused without a dZ pass or a softcap: vocabularies under the sample count") {
   // V < kSm90RefSamples: every column is a sample, and the sample GEMM's output
   // rows lie kSm90RefSamples apart, since V elements is not 16-byte aligned at

@@ -45,6 +45,10 @@
 // 1.19×); the forward has since gone the other way (below).
 #pragma once
 
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+
 #include "model/config.hpp"
 #include "model/problem.hpp"
 
@@ -145,12 +149,44 @@ inline constexpr int kSm90RefSamples = 128;
 inline constexpr float kSm90RefLift = 12.0f, kSm90RefSpan = 40.0f;
 inline bool sm90_sampled_ref(double softcap) { return softcap == 0.0; }
 
-// The same for a problem and config: a fused forward+backward in one pass.
+// The same for a problem and config: a fused forward+backward in one pass, of
+// tokens and targets that target_rows_add's 32-bit sort keys and rows hold (a
+// larger problem takes the dZ pass; found here, before any launch).
 inline bool sm90_scaled_dz(const celtune::Problem& p, const celtune::KernelConfig& c) {
   using namespace celtune;
   return p.family == Family::flce && c.impl == KernelConfig::Impl::fused && p.mode == Mode::forward_backward &&
-         c.one_pass(p) && sm90_scaled_dz(p.dtype == DType::bf16, p.loss.softcap, p.loss.label_smoothing, p.loss.z_loss);
+         c.one_pass(p) && p.tokens <= INT32_MAX && p.vocab < INT32_MAX &&
+         sm90_scaled_dz(p.dtype == DType::bf16, p.loss.softcap, p.loss.label_smoothing, p.loss.z_loss);
 }
+
+// target_rows_add's scratch (ce.hpp), which the no-dZ-pass path lays in its tile
+// after the last chunk, and which space.cpp's seeds count: the keys and rows
+// twice over (the sort's double buffers), the sort's own temporary storage
+// (bounded here; run_flce checks CUB's query against it before any launch, since
+// the query needs a device and this layout does not), and two slots of hidden
+// floats a piece of kSm90TargetPiece sorted tokens. CUB's onesweep asks a few KiB
+// of bins and counters and 256 digits' lookback words a tile of thousands of
+// keys; its older passes a spine of 256 counters a block of their grid: 4 MiB +
+// 4 bytes a key holds either. About 4 MiB + 20·N + N·H/16 bytes in all.
+inline constexpr int64_t kSm90TargetPiece = 128;
+struct Sm90TargetScratch {
+  size_t keys = 0, rows = 0, temp = 0, temp_bytes = 0, part = 0, part_t = 0, total = 0;
+  Sm90TargetScratch(int64_t tokens, int64_t hidden) {
+    const auto n = static_cast<size_t>(tokens);
+    const auto pieces = static_cast<size_t>((tokens + kSm90TargetPiece - 1) / kSm90TargetPiece);
+    auto take = [&](size_t bytes) {
+      const size_t at = total;
+      total += (bytes + 255) / 256 * 256;
+      return at;
+    };
+    keys = take(2 * n * sizeof(unsigned));
+    rows = take(2 * n * sizeof(unsigned));
+    temp_bytes = (size_t{4} << 20) + 4 * n;
+    temp = take(temp_bytes);
+    part = take(pieces * 2 * static_cast<size_t>(hidden) * sizeof(float));
+    part_t = take(pieces * 2 * sizeof(float));
+  }
+};
 
 // Up to this softcap the epilogue sums exp(ẑ − s) in one pass, with s as every
 // row's reference instead of its max (ce_epilogue.cuh): ẑ ≤ s, and

@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [tinylm] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [tinylm] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] [ncu] [targets] …
 #   GPU_NAME=H200  run nothing (exit 0, saying so) unless nvidia-smi's name for
 #                  the GPU contains it: a call named nvidia-h200 may be given an
 #                  H100, and an H200 re-tune run there would be the H100's.
@@ -497,6 +497,49 @@ for s in $steps; do
       done
       note "ab: ${#cases[@]} cases x ${AB_ROUNDS:-2} rounds in $(( $(date +%s) - t0 )) s"
       python3 scripts/ab_summary.py "$OUT/ab.csv" | tee "$OUT/ab.txt"
+      ;;
+    ncu)
+      # Each named kernel's time under `celtune bench` (ncu's gpu__time_duration,
+      # at ncu's base clocks with caches flushed: it compares kernels, not steps).
+      #   NCU_KERNELS  a regex of kernel names (default: the fused path's target
+      #                terms, its scaled_dz_rows, CUB's sort)
+      #   NCU_CASES    ';'-separated `celtune bench` argument lists (default:
+      #                Mistral-7B N = 1024 and Llama-3-8B N = 8192, the default config)
+      IFS=';' read -r -a cases <<<"${NCU_CASES:---model mistral-7b --tokens 1024;--model llama3-8b --tokens 8192}"
+      i=0
+      for c in "${cases[@]}"; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086  # each case is a list of arguments
+        ncu --kernel-name "regex:${NCU_KERNELS:-target_|scaled_dz|Radix}" --metrics gpu__time_duration.sum \
+          --launch-count 40 --csv $B/celtune bench $c --runs 20 --no-ce --no-unfused >"$OUT/ncu_$i.csv" 2>"$OUT/ncu_$i.err"
+        note "ncu [$c]: exit $? — $(python3 scripts/ncu_summary.py "$OUT/ncu_$i.csv")"
+      done
+      ;;
+    targets)
+      # What the targets' distribution costs (scripts/probe/target_cost.py):
+      # uniform, Zipf and Zipf with counted padding, forward+backward through
+      # the package with each build's built-in default (its libraries copied
+      # without the database beside them); .gpu alone, or AB_BASE (default
+      # .gpu-old, when staged) and .gpu in the order A B B A.
+      #   TARGET_SHAPES  N,H,V ... (default: Mistral-7B N = 1024 and 4096,
+      #                  Llama-3-8B N = 4096 and 16384)
+      builds=("$B")
+      base=${AB_BASE:-.gpu-old}
+      if [ -x "$base/celtune" ]; then
+        [ -d "$base/lib" ] || tar xzf "$base/lib.tgz" -C "$base"
+        builds=("$base" "$B" "$B" "$base")
+      fi
+      : >"$OUT/target_cost.csv"
+      for b in "${builds[@]}"; do
+        lib=/tmp/target_cost_lib/$b
+        mkdir -p "$lib" && cp -P "$b"/lib/libceltune.so* "$b"/lib/libgomp* "$lib/" 2>/dev/null
+        # shellcheck disable=SC2086  # the shapes are a list
+        PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$lib/libceltune.so python3 scripts/probe/target_cost.py \
+          "$(paste -sd '' "$b/REVISION")@$b" ${TARGET_SHAPES:-1024,4096,32768 4096,4096,32768 4096,4096,128256 16384,4096,128256} \
+          --runs 20 >>"$OUT/target_cost.csv" 2>>"$OUT/target_cost.err" || note "targets: $b failed"
+      done
+      python3 scripts/probe/target_cost.py --summarize "$OUT/target_cost.csv" | tee "$OUT/target_cost.txt"
+      note "targets: ${#builds[@]} runs"
       ;;
     *) echo "unknown step $s" ;;
   esac

@@ -16,20 +16,19 @@ them; the database beside the library is read as the runtime reads it (remove
 it to time the built-in default).
 
 Run on the GPU machine: python3 scripts/probe/target_cost.py LABEL N,H,V ... [--runs R],
-with PYTHONPATH=python and CELTUNE_LIBRARY pointing at the library to time."""
+with PYTHONPATH=python and CELTUNE_LIBRARY pointing at the library to time
+(`scripts/gpu_run.sh targets` runs it over two staged builds);
+python3 scripts/probe/target_cost.py --summarize CSV prints one line a problem
+and distribution: each build's medians and the ratio of their means (the
+second build seen over the first)."""
 import argparse
 import os
 import sys
 
-import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from peer_bench import measure  # noqa: E402  (the scripts folder, not a package)
-
-import celtune.torch as ct  # noqa: E402
-
 
 def targets(kind, n, v, gen):
+    import torch
+
     if kind == "uniform":
         return torch.randint(0, v, (n,), device="cuda", generator=gen)
     ranks = torch.arange(1, v + 1, device="cuda", dtype=torch.float64)
@@ -41,7 +40,32 @@ def targets(kind, n, v, gen):
     return y
 
 
+def summarize(path):
+    runs, builds = {}, []
+    with open(path) as f:
+        for line in f:
+            label, n, h, v, kind, med = line.strip().split(",")[:6]
+            if label not in builds:
+                builds.append(label)
+            runs.setdefault((int(n), int(h), int(v), kind), {}).setdefault(label, []).append(float(med))
+    print("builds: " + ", ".join(f"{'AB'[i] if i < 2 else i} = {b}" for i, b in enumerate(builds)))
+    for (n, h, v, kind), by in runs.items():
+        cols = "  ".join(f"{'AB'[i] if i < 2 else i} " + "/".join(f"{m:.3f}" for m in by.get(b, [])) for i, b in enumerate(builds))
+        ratio = ""
+        if len(builds) > 1 and by.get(builds[0]) and by.get(builds[1]):
+            ratio = f"  B/A {sum(by[builds[1]]) / len(by[builds[1]]) / (sum(by[builds[0]]) / len(by[builds[0]])):.3f}"
+        print(f"N={n} H={h} V={v} {kind:9s} {cols}{ratio}")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
+        return summarize(sys.argv[2])
+    # Imported here, so that --summarize runs where torch is not installed.
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from peer_bench import measure  # the scripts folder, not a package
+    import celtune.torch as ct
+
     ap = argparse.ArgumentParser()
     ap.add_argument("label")
     ap.add_argument("shapes", nargs="+")

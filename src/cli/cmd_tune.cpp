@@ -17,6 +17,7 @@
 #include "commands.hpp"
 #include "db/paths.hpp"
 #include "kernels/backend.hpp"
+#include "model/config.hpp"
 #include "model/error.hpp"
 #include "new_database.hpp"
 #include "output.hpp"
@@ -27,7 +28,10 @@ namespace celtune::cli {
 namespace {
 
 struct TuneArgs {
-  std::string device, devices, shard, db, strategy = "guided", max_scratch = "256MiB";
+  // --max-scratch's default is the built-in defaults' own budget, so that tuning
+  // can keep the default config (one constant to move, in model/config.hpp).
+  std::string device, devices, shard, db, strategy = "guided",
+              max_scratch = std::to_string(kDefaultScratchBudget >> 20) + "MiB";
   size_t budget = 0;
   bool force = false, json = false;
   uint64_t seed = 1;

@@ -966,7 +966,7 @@ expect 3 "merge with a junk input into a new OUT" -- "$celtune" db merge "$tmp/a
 "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/a-int.jsonl"
 # Rows enough that the merge is still running when it is killed: 20000, or 4000
 # under the sanitizers (ASAN_OPTIONS set: scripts/bootstrap's second run), whose
-# -O0 build imports them 16 times slower (80 s for 20000, a quarter of that run).
+# -O0 build took 80 s to import 20000, a quarter of that run's cli test.
 big_rows=20000
 [ -n "${ASAN_OPTIONS:-}" ] && big_rows=4000
 python3 - "$tmp/a-int.jsonl" "$tmp/big.jsonl" "$big_rows" <<'PY'

@@ -23,6 +23,13 @@ B=.gpu
 steps=${*:-suite validate bench}
 summary=()
 note() { summary+=("$1"); }
+# The base build of an A/B (AB_BASE, default .gpu-old), its libraries unpacked
+# (gpu_stage.sh gzips a base's): fails where none is staged.
+staged_base() {
+  base=${AB_BASE:-.gpu-old}
+  [ -x "$base/celtune" ] || return 1
+  [ -d "$base/lib" ] || tar xzf "$base/lib.tgz" -C "$base"
+}
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu --format=csv
   $B/celtune devices
@@ -477,9 +484,7 @@ for s in $steps; do
       #              forward and forward+backward at the shapes the ce bars and
       #              the split-statistics forward turn on)
       #   AB_RUNS    timed runs a measurement (default 30)
-      base=${AB_BASE:-.gpu-old}
-      if [ ! -x "$base/celtune" ]; then note "ab: no staged base at $base"; continue; fi
-      [ -d "$base/lib" ] || tar xzf "$base/lib.tgz" -C "$base"  # gpu_stage.sh gzips a base's libraries
+      if ! staged_base; then note "ab: no staged base at $base"; continue; fi
       IFS=';' read -r -a cases <<<"${AB_CASES:---family ce --mode fwd --shape 1024,0,32000;--family ce --mode fwd --shape 512,0,50257;--family ce --mode fwd --shape 1024,0,50257;--family ce --mode fwd --shape 512,0,128256;--family ce --mode fwd --shape 1024,0,32000 --dtype fp16;--family ce --mode fwd,fwdbwd --shape 4096,0,32000;--family ce --mode fwd,fwdbwd --shape 32768,0,32000;--family ce --mode fwd,fwdbwd --shape 2048,0,128256;--family ce --mode fwd,fwdbwd --shape 32768,0,128256;--family ce --mode fwd,fwdbwd --shape 1024,0,256000;--family ce --mode fwd,fwdbwd --shape 32768,0,256000}"
       t0=$(date +%s)
       : >"$OUT/ab.csv"
@@ -524,11 +529,7 @@ for s in $steps; do
       #   TARGET_SHAPES  N,H,V ... (default: Mistral-7B N = 1024 and 4096,
       #                  Llama-3-8B N = 4096 and 16384)
       builds=("$B")
-      base=${AB_BASE:-.gpu-old}
-      if [ -x "$base/celtune" ]; then
-        [ -d "$base/lib" ] || tar xzf "$base/lib.tgz" -C "$base"
-        builds=("$base" "$B" "$B" "$base")
-      fi
+      staged_base && builds=("$base" "$B" "$B" "$base")
       : >"$OUT/target_cost.csv"
       for b in "${builds[@]}"; do
         lib=/tmp/target_cost_lib/$b

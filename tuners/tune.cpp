@@ -35,7 +35,7 @@ struct Measured {
 };
 
 // Each seed grown to the scratch limit. The space's seeds keep to the default's
-// 256 MiB; what a larger --max-scratch buys first is fewer row chunks, each of
+// budget; what a larger --max-scratch buys first is fewer row chunks, each of
 // which costs dW's read-modify-write and the GEMMs' ramps. Among the grid points
 // that differ from a seed only in row_chunk, workspace_mib and the accumulators'
 // dtype, the one with the fewest chunks (then the seed's accumulators, then its

@@ -1787,7 +1787,7 @@ __global__ void target_keys_kernel(LossParams p, int64_t tokens, unsigned* keys,
 // target_spans_kernel. So the sums and their order depend only on the targets:
 // deterministic, with no warp's serial work above a piece, however many tokens
 // share a target.
-constexpr int kAddThreads = 256, kAddPerThread = 4, kAddCols = kAddThreads * kAddPerThread;
+constexpr int kAddThreads = 256;
 constexpr int64_t kAddPiece = kSm90TargetPiece;
 struct TargetSums {
   const unsigned *keys, *rows;  // sorted
@@ -1798,45 +1798,16 @@ struct TargetSums {
   bool dw_fp32;
   float* db_acc;    // null: no bias
 };
-// A target's row of dW (PER columns a thread, h0, h0 + STEP, …) and its db
-// entry (read by the one thread that writes it: db_here), in fp32: read ahead
-// of the sums that complete them, so that no add waits on a read.
-template <int PER>
-struct TargetRow {
-  float d[PER], b;
-};
-template <typename T, int PER, int STEP>
-__device__ TargetRow<PER> read_target_row(const TargetSums& s, int64_t y, int64_t h0, bool db_here) {
-  TargetRow<PER> r;
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t h = h0 + k * STEP, at = y * s.hidden + h;
-    r.d[k] = h >= s.hidden ? 0.0f : s.dw_fp32 ? static_cast<const float*>(s.dw)[at] : Conv<T>::to(static_cast<const T*>(s.dw)[at]);
-  }
-  r.b = db_here ? s.db_acc[y] : 0.0f;
-  return r;
-}
-template <typename T, int PER, int STEP>
-__device__ void add_target_row(const TargetSums& s, int64_t y, int64_t h0, bool db_here, const TargetRow<PER>& r,
-                               const float (&acc)[PER], float tsum) {
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t h = h0 + k * STEP, at = y * s.hidden + h;
-    if (h >= s.hidden) continue;
-    if (s.dw_fp32)
-      static_cast<float*>(s.dw)[at] = r.d[k] + acc[k];
-    else
-      static_cast<T*>(s.dw)[at] = Conv<T>::from(r.d[k] + acc[k]);
-  }
-  if (db_here) s.db_acc[y] = r.b + tsum;
-}
-
 // Eight contiguous columns h … h + 7 of a row (all inside it or all past it when
 // VEC: 16-byte loads and stores, which need H % 8 = 0 and aligned rows).
 template <typename E>
 struct Cols8 {
   uint4 raw[sizeof(E) / 2];  // the eight elements as stored
   __device__ float at(int k) const { return Conv<E>::to(reinterpret_cast<const E*>(raw)[k]); }
+  __device__ void to(float (&v)[8]) const {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = at(k);
+  }
 };
 template <typename E, bool VEC>
 __device__ __forceinline__ Cols8<E> load_cols8(const E* row, int64_t h, int64_t hidden) {
@@ -1868,6 +1839,23 @@ __device__ __forceinline__ void store_cols8(E* row, int64_t h, int64_t hidden, c
     for (int k = 0; k < 8; ++k)
       if (h + k < hidden) row[h + k] = e[k];
   }
+}
+
+// Target y's row of dW, columns h … h + 7, in fp32 whichever storage dW has:
+// the one read and one write of it that both kernels below make.
+template <typename T, bool VEC>
+__device__ __forceinline__ void load_dw8(const TargetSums& s, unsigned y, int64_t h, float (&v)[8]) {
+  if (s.dw_fp32)
+    load_cols8<float, VEC>(static_cast<const float*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden).to(v);
+  else
+    load_cols8<T, VEC>(static_cast<const T*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden).to(v);
+}
+template <typename T, bool VEC>
+__device__ __forceinline__ void store_dw8(const TargetSums& s, unsigned y, int64_t h, const float (&v)[8]) {
+  if (s.dw_fp32)
+    store_cols8<float, VEC>(static_cast<float*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden, v);
+  else
+    store_cols8<T, VEC>(static_cast<T*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden, v);
 }
 
 // A warp a sorted token and a slice of kPieceCols columns (8 contiguous a
@@ -1915,15 +1903,7 @@ __global__ void __launch_bounds__(kAddThreads)
   const int64_t h = int64_t{blockIdx.y} * kPieceCols + lane * 8;
   float row[8] = {}, row_b = 0.0f;
   if (whole) {
-    if (s.dw_fp32) {
-      const auto c = load_cols8<float, VEC>(static_cast<const float*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) row[i] = c.at(i);
-    } else {
-      const auto c = load_cols8<T, VEC>(static_cast<const T*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) row[i] = c.at(i);
-    }
+    load_dw8<T, VEC>(s, y, h, row);
     if (db_lane) row_b = s.db_acc[y];
   }
   float acc[8] = {}, tsum = 0.0f;
@@ -1953,10 +1933,7 @@ __global__ void __launch_bounds__(kAddThreads)
   if (whole) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) row[i] += acc[i];
-    if (s.dw_fp32)
-      store_cols8<float, VEC>(static_cast<float*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden, row);
-    else
-      store_cols8<T, VEC>(static_cast<T*>(s.dw) + int64_t{y} * s.hidden, h, s.hidden, row);
+    store_dw8<T, VEC>(s, y, h, row);
     if (db_lane) s.db_acc[y] = row_b + tsum;
   } else {
     const int64_t slot = 2 * (k / kAddPiece) + (began ? 1 : 0);
@@ -1970,8 +1947,10 @@ __global__ void __launch_bounds__(kAddThreads)
 // its slot 1 and each following piece's slot 0 in piece order, kRunBatch
 // pieces' slots loaded at once, and adds the total to dW and db. (End-of-text
 // padding that the loss counts makes one target of a whole batch: N / 128
-// pieces, which one slot at a time waited one trip each.)
-template <typename T>
+// pieces, which one slot at a time waited one trip each.) A block a piece and
+// kSpanCols columns, 8 contiguous a thread, as target_pieces_kernel's lanes.
+constexpr int kSpanCols = kAddThreads * 8;
+template <typename T, bool VEC>
 __global__ void __launch_bounds__(kAddThreads) target_spans_kernel(LossParams p, TargetSums s) {
   const int64_t piece = blockIdx.x, k0 = piece * kAddPiece, k1 = std::min(k0 + kAddPiece, s.tokens);
   if (k1 >= s.tokens) return;
@@ -1984,37 +1963,33 @@ __global__ void __launch_bounds__(kAddThreads) target_spans_kernel(LossParams p,
     if (s.keys[mid] == y) lo = mid + 1; else hi = mid;
   }
   const int64_t last = (lo - 1) / kAddPiece;  // the piece of the target's last token
-  const int64_t h0 = int64_t{blockIdx.y} * kAddCols + threadIdx.x;
-  float acc[kAddPerThread], tsum = s.part_t[2 * piece + 1];
-#pragma unroll
-  for (int i = 0; i < kAddPerThread; ++i) {
-    const int64_t h = h0 + i * kAddThreads;
-    acc[i] = h < s.hidden ? s.part[(2 * piece + 1) * s.hidden + h] : 0.0f;
-  }
+  const int64_t h = int64_t{blockIdx.y} * kSpanCols + threadIdx.x * 8;
+  const bool db_here = s.db_acc && blockIdx.y == 0 && threadIdx.x == 0;
+  float row[8], acc[8], tsum = s.part_t[2 * piece + 1];
+  load_dw8<T, VEC>(s, y, h, row);  // read ahead of the sums that complete it
+  const float row_b = db_here ? s.db_acc[y] : 0.0f;
+  load_cols8<float, VEC>(s.part + (2 * piece + 1) * s.hidden, h, s.hidden).to(acc);
   for (int64_t q0 = piece + 1; q0 <= last; q0 += kRunBatch) {
-    float v[kRunBatch][kAddPerThread], vt[kRunBatch];
+    Cols8<float> v[kRunBatch];
+    float vt[kRunBatch];
 #pragma unroll
     for (int u = 0; u < kRunBatch; ++u) {
       const bool on = q0 + u <= last;
       vt[u] = on ? s.part_t[2 * (q0 + u)] : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kAddPerThread; ++i) {
-        const int64_t h = h0 + i * kAddThreads;
-        v[u][i] = on && h < s.hidden ? s.part[2 * (q0 + u) * s.hidden + h] : 0.0f;
-      }
+      v[u] = on ? load_cols8<float, VEC>(s.part + 2 * (q0 + u) * s.hidden, h, s.hidden) : Cols8<float>{};
     }
 #pragma unroll
     for (int u = 0; u < kRunBatch; ++u) {
       if (q0 + u > last) break;
 #pragma unroll
-      for (int i = 0; i < kAddPerThread; ++i) acc[i] += v[u][i];
+      for (int i = 0; i < 8; ++i) acc[i] += v[u].at(i);
       tsum += vt[u];
     }
   }
-  const bool db_here = s.db_acc && blockIdx.y == 0 && threadIdx.x == 0;
-  add_target_row<T, kAddPerThread, kAddThreads>(s, y, h0, db_here,
-                                                read_target_row<T, kAddPerThread, kAddThreads>(s, y, h0, db_here), acc,
-                                                tsum);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) row[i] += acc[i];
+  store_dw8<T, VEC>(s, y, h, row);
+  if (db_here) s.db_acc[y] = row_b + tsum;
 }
 
 template <typename T>
@@ -2321,12 +2296,17 @@ void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, co
 }
 
 
+namespace {
+// The sort's key bits: targets 0 … V − 1 and V itself, the ignored tokens' key.
+int target_key_bits(int64_t vocab) { return std::bit_width(static_cast<uint64_t>(vocab)); }
+}  // namespace
+
 void target_rows_add_check(int64_t tokens, int64_t vocab) {
   if (tokens == 0) return;
   cub::DoubleBuffer<unsigned> k(nullptr, nullptr), r(nullptr, nullptr);
   size_t need = 0;
   CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, need, k, r, static_cast<int>(tokens), 0,
-                                               std::bit_width(static_cast<uint64_t>(vocab))));
+                                               target_key_bits(vocab)));
   const size_t room = Sm90TargetScratch(tokens, 0).temp_bytes;
   if (need > room)
     fail_env("target_rows_add: CUB's radix sort asks " + std::to_string(need) + " bytes of temporary storage for " +
@@ -2346,24 +2326,27 @@ void target_rows_add(const LossParams& p, const float* lse, const float* z_targe
   target_keys_kernel<<<blocks, 256, 0, st>>>(p, tokens, keys, rows);
   CELTUNE_LAUNCHED();
   cub::DoubleBuffer<unsigned> k(keys, keys + tokens), r(rows, rows + tokens);
-  const int bits = std::bit_width(static_cast<uint64_t>(p.vocab));  // V itself: the ignored tokens' key
   size_t room = L.temp_bytes;  // checked against CUB's query before the call's first launch
-  CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(base + L.temp, room, k, r, static_cast<int>(tokens), 0, bits, st));
+  CELTUNE_CUDA(cub::DeviceRadixSort::SortPairs(base + L.temp, room, k, r, static_cast<int>(tokens), 0,
+                                               target_key_bits(p.vocab), st));
   TargetSums s{k.Current(), r.Current(), tokens, hidden, reinterpret_cast<float*>(base + L.part),
                reinterpret_cast<float*>(base + L.part_t), dw, dw_fp32, db_acc};
   const auto pieces = static_cast<unsigned>((tokens + kAddPiece - 1) / kAddPiece);
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const dim3 grid(static_cast<unsigned>((tokens + kAddThreads / 32 - 1) / (kAddThreads / 32)),
                   static_cast<unsigned>((hidden + kPieceCols - 1) / kPieceCols));
+  const dim3 spans(pieces, static_cast<unsigned>((hidden + kSpanCols - 1) / kSpanCols));
   // 16-byte loads and stores: rows of a multiple of 8 columns at aligned bases
   // (the scratch's part is; the caller's x and dW need not be).
-  if (hidden % 8 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(dw)) % 16 == 0)
+  if (hidden % 8 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(dw)) % 16 == 0) {
     target_pieces_kernel<__nv_bfloat16, true><<<grid, kAddThreads, 0, st>>>(p, lse, z_target, xb, s);
-  else
+    CELTUNE_LAUNCHED();
+    target_spans_kernel<__nv_bfloat16, true><<<spans, kAddThreads, 0, st>>>(p, s);
+  } else {
     target_pieces_kernel<__nv_bfloat16, false><<<grid, kAddThreads, 0, st>>>(p, lse, z_target, xb, s);
-  CELTUNE_LAUNCHED();
-  target_spans_kernel<__nv_bfloat16>
-      <<<dim3(pieces, static_cast<unsigned>((hidden + kAddCols - 1) / kAddCols)), kAddThreads, 0, st>>>(p, s);
+    CELTUNE_LAUNCHED();
+    target_spans_kernel<__nv_bfloat16, false><<<spans, kAddThreads, 0, st>>>(p, s);
+  }
   CELTUNE_LAUNCHED();
 }
 

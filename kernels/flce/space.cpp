@@ -49,8 +49,8 @@ std::vector<int64_t> dw_rows(bool used) {
 // rows are computed, and further while the fused path's scratch (the tile; the
 // statistics partials, 8 bytes a row and BLOCK_N columns, 4 more with label
 // smoothing; the target logits, 4 bytes a token; the GEMM workspace) would not fit
-// the default's 256 MiB. At Qwen2.5-7B's 768 rows they took the seed to 259 MiB,
-// past tune's 256, and it was never measured.
+// the default's budget (kDefaultScratchBudget). At Qwen2.5-7B's 768 rows within
+// 256 MiB they took the seed to 259 MiB, past tune's 256, and it was never measured.
 //
 // The workspace goes where that fits fewer row chunks and the dX GEMM of a chunk
 // is at least as large as where none was measured as fast as 32 MiB (768 rows at
@@ -74,7 +74,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   // chunk's dX takes its factors in the next chunk's launch; the scaled X goes to
   // dX's rows).
   if (sm90_scaled_dz(p, f)) part_row += 8;
-  // The 256 MiB the default keeps to (its tile budget, the cuBLASLt path's row
+  // The budget the default keeps to (its tile budget, the cuBLASLt path's row
   // state, and the full workspace), less the target logits and 8 KiB for pieces
   // starting on 256-byte boundaries.
   const int64_t total = flce_tile_budget(p) + 16 * p.tokens + 4096 + (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
@@ -82,7 +82,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   auto chunks = [&](int64_t rows) { return (p.tokens + rows - 1) / rows; };
   // And the merges' slots for the call's end (sm90::CallEnd: a float and two
   // 64-bit counts a merge block of 8 or more rows, so at most rows/8 + 1 blocks
-  // a chunk): 160 KiB at N = 65536, which took seeds there past 256 MiB.
+  // a chunk): 160 KiB at N = 65536, which took seeds there past the budget.
   auto end_slots = [&](int64_t rows) { return 20 * (p.tokens / 8 + chunks(rows)); };
   // Without a dZ pass the tile also holds target_rows_add's scratch after the
   // last chunk (flce.cu's Layout takes the larger).
@@ -169,7 +169,8 @@ SearchSpace flce_space(const Problem& p) {
   const int64_t fwd_rc = flce_fused_forward(p).row_chunk;
   s.params = {
       {"v_chunk", with({8192, 32768, 0}, def.v_chunk), [](KernelConfig& c, int64_t v) { c.v_chunk = v; }},
-      // 768 and 896 rows are what one pass over a 128k vocabulary fits in 256 MiB.
+      // 768 and 896 rows are what one pass over a 128k vocabulary fits in 256 MiB
+      // (a --max-scratch users pass); the default's own rows join through def.
       {"row_chunk",
        with(with(with(with({256, 512, 768, 896, 1024, 2048, 4096, 0}, def.row_chunk), fused_rc), fused_bwd_rc), fwd_rc),
        [](KernelConfig& c, int64_t v) { c.row_chunk = v; }},

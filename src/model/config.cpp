@@ -153,9 +153,9 @@ KernelConfig ce_default(const Problem& p, KernelConfig c) {
 }  // namespace
 
 int64_t flce_tile_budget(const Problem& p) {
-  // The tile shares the 224 MiB with the per-row softmax state (4 floats a
-  // token) and the counters, so a tile that divides exactly cannot push the
-  // default past the 256 MiB that tune's --max-scratch enforces by default.
+  // The tile shares the budget less the GEMM workspace with the per-row softmax
+  // state (4 floats a token) and the counters, so a tile that divides exactly
+  // cannot push the default past the budget tune's --max-scratch enforces by default.
   constexpr int64_t kTileBytes =
       static_cast<int64_t>(kDefaultScratchBudget) - (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
   return kTileBytes - 16 * p.tokens - 4096;
@@ -169,8 +169,9 @@ KernelConfig default_config(const Problem& p) {
   c.threads = 256;
   c.rows_per_block = 1;
   if (p.family == Family::ce) return ce_default(p, c);
-  // flce: one pass (three GEMMs) with as many rows per chunk as fit a 224 MiB
-  // tile, which with cuBLASLt's 32 MiB workspace keeps scratch within 256 MiB.
+  // flce: one pass (three GEMMs) with as many rows per chunk as fit the tile
+  // budget, which with cuBLASLt's 32 MiB workspace keeps scratch within
+  // kDefaultScratchBudget.
   // On the H100 this ran at 1.12x the three-GEMM floor for Llama-3-8B shapes,
   // where two passes (four GEMMs) cannot beat 1.33x. Only when a row chunk would
   // fall under 128 rows (V beyond ~900k in bf16) do vocabulary chunks take over.
@@ -205,7 +206,8 @@ KernelConfig default_config(const Problem& p) {
   // fits beside the tile and dX's within the budget; otherwise in the output dtype
   // (validated in the gpu suite at 16 row chunks in bf16). Small models (H = 768,
   // V = 50257) once took fp32 beside a full tile: 400 MiB of scratch, past the
-  // 256 MiB that tune's --max-scratch allows, so tuning could not keep the default.
+  // 256 MiB that tune's --max-scratch then allowed, so tuning could not keep the
+  // default.
   const int64_t rc = c.row_chunk_for(p), tile = rc * ((c.v_chunk_for(p) + 127) / 128 * 128) * bytes;
   const int64_t dx = c.one_pass(p) ? 0 : rc * p.hidden * 4;
   c.dw_acc_fp32 = p.vocab * p.hidden * 4 + tile + dx <= tile_budget;

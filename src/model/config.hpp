@@ -69,8 +69,8 @@ struct KernelConfig {
   // scheduler), part of the scratch. 32 lets cuBLASLt split skinny GEMMs (a dX
   // of a few hundred rows at H = 2304: 29.6 ms a step against 37.0 with none,
   // Gemma-2-2B on the H100); 1 frees room for one more tile row-cluster where
-  // the GEMMs fill the GPU unsplit (Llama-3-8B: 1024-row chunks in 256 MiB, as
-  // fast as with 32; with 0 about 1% slower).
+  // the GEMMs fill the GPU unsplit (Llama-3-8B: 1024-row chunks in 256 MiB of
+  // scratch, as fast as with 32; with 0 about 1% slower).
   int workspace_mib = kDefaultWorkspaceMib;
   static constexpr int kDefaultWorkspaceMib = 32;
   // Tuned cuBLASLt algorithms, one per GEMM role (logits, dX, dW), serialised;
@@ -106,11 +106,16 @@ inline int64_t ce_segment(int64_t vocab, int64_t splits) { return ((vocab + spli
 
 // The built-in default: a sensible config for any problem, not the smallest.
 // One pass when the full-vocabulary tile of a reasonable row chunk fits in
-// 256 MiB of scratch; otherwise vocabulary chunks that keep the GEMMs large.
+// kDefaultScratchBudget; otherwise vocabulary chunks that keep the GEMMs large.
 KernelConfig default_config(const Problem& p);
 
 // The scratch the built-in defaults keep to, and tune's --max-scratch default.
-inline constexpr size_t kDefaultScratchBudget = size_t{256} << 20;
+// 512 MiB: within 256 MiB the dW GEMM reads and writes all of dW once a row
+// chunk, and Gemma-2-2B's 256000 columns left 384-row chunks (21 at N = 8192)
+// at 1.37x the floor, 17% behind torch.compile; tuned within 512 MiB it ran
+// 1.02x the floor, 8-13% ahead (H200, docs/results.md, fifty-sixth session).
+// torch.compile of the plain code holds 1-5 GiB at the same shapes.
+inline constexpr size_t kDefaultScratchBudget = size_t{512} << 20;
 
 // The bytes of scratch flce's default gives its tile (and what the tile must
 // share: accumulators, the fused path's partials): the budget less the default

@@ -198,25 +198,27 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
             if (f.row_chunk) CHECK(f.row_chunk % kSm90LogitsClusterRows[v] == 0);  // whole clusters
           }
         }
-  // Llama-3-8B: 1024 rows with no workspace (four chunks at N = 4096, not
-  // six of 768); Llama-3-70B likewise; Qwen2.5-7B 768 rows with none (not 512
-  // beside it). Gemma-2-2B's dX GEMM is too skinny for an unsplit GEMM (512 rows
-  // at H = 2304), so it keeps the workspace.
+  // Within the default's 512 MiB: Llama-3-8B 2048 rows with no workspace (two
+  // chunks at N = 4096, not three of 1920 beside it), Llama-3-70B likewise;
+  // Qwen2.5-7B 1536 rows beside it (dropping it would not save a chunk);
+  // one chunk at N = 1024 beside it. (Within 256 MiB: Llama-3-8B 1024 rows with
+  // none, Qwen2.5-7B 768 with none.) Gemma-2-2B's dX GEMM is too skinny for an
+  // unsplit GEMM (512 rows at H = 2304), so it keeps the workspace.
   Problem p;
   p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward_backward;
-  CHECK(flce_space(p).seeds[1].row_chunk == 1024);
+  CHECK(flce_space(p).seeds[1].row_chunk == 2048);
   CHECK(flce_space(p).seeds[1].workspace_mib == 0);
-  CHECK(flce_space(p.with_tokens(32768)).seeds[1].row_chunk == 1024);
+  CHECK(flce_space(p.with_tokens(32768)).seeds[1].row_chunk == 2048);
   p.hidden = 8192;
-  CHECK(flce_space(p).seeds[1].row_chunk == 1024);
+  CHECK(flce_space(p).seeds[1].row_chunk == 2048);
   p.hidden = 3584, p.vocab = 152064;
-  CHECK(flce_space(p).seeds[1].row_chunk == 768);
-  CHECK(flce_space(p).seeds[1].workspace_mib == 0);
+  CHECK(flce_space(p).seeds[1].row_chunk == 1536);
+  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
   p.hidden = 2304, p.vocab = 256000;
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
-  p.hidden = 4096, p.vocab = 128256, p.tokens = 1024;  // one chunk instead of two
+  p.hidden = 4096, p.vocab = 128256, p.tokens = 1024;  // one chunk, beside the workspace
   CHECK(flce_space(p).seeds[1].row_chunk == 0);
-  CHECK(flce_space(p).seeds[1].workspace_mib == 0);
+  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
   p.tokens = 512;  // one chunk either way: the workspace stays
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
 }
@@ -268,9 +270,8 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   p.vocab = 128256, p.hidden = 4096;
   CHECK(device_default(p, no) == default_config(p));  // no CUTLASS, another GPU, the CPU
   // Forward+backward: fused at Llama-3 shapes (H ≥ 4096, V ≥ 65536), within the
-  // default's 256 MiB with the ping-pong logits GEMM and dW on cuBLASLt, in
-  // 1024-row chunks beside no workspace (one chunk at N = 1024); elsewhere
-  // the cuBLASLt default.
+  // default's 512 MiB with the ping-pong logits and dW GEMMs, in 2048-row
+  // chunks with no workspace (one chunk beside it at N = 1024).
   p.mode = Mode::forward_backward;
   for (int64_t h : {4096, 8192})
     for (int64_t n : {1024, 4096, 32768}) {
@@ -281,9 +282,9 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
       CHECK(b.impl == KernelConfig::Impl::fused);
       CHECK(b.logits_kernel == kSm90LogitsVariantNames[kSm90PingpongLogitsVariant]);
       CHECK(b.dw_kernel == kSm90DwVariantNames[kSm90PingpongDwVariant]);
-      CHECK(b.row_chunk == (n == 1024 ? 0 : 1024));
-      CHECK(b.workspace_mib == 0);
-      CHECK(b.dw_acc_fp32 == (n == 1024));  // a 2 GiB fp32 dW does not fit 256 MiB; one chunk has none
+      CHECK(b.row_chunk == (n == 1024 ? 0 : 2048));
+      CHECK(b.workspace_mib == (n == 1024 ? KernelConfig::kDefaultWorkspaceMib : 0));
+      CHECK(b.dw_acc_fp32 == (n == 1024));  // a 2 GiB fp32 dW does not fit 512 MiB; one chunk has none
       CHECK_NOTHROW(validate_config(q, b));
       CHECK(b == flce_space(q).seeds[2]);  // what tune measures right after the start
       CHECK(device_default(q, no) == default_config(q));
@@ -291,22 +292,22 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(device_default(p.with_tokens(512), yes).row_chunk == 0);  // one chunk, nothing accumulates
   CHECK(device_default(p.with_tokens(512), yes).dw_acc_fp32);
   // Where the fused seed's row chunks stay at 512 rows or more: Mistral-7B (V =
-  // 32768), Qwen2.5-7B (768 rows, no workspace beside them) and, from H = 768,
-  // GPT-2 (2048 rows beside the workspace, the cooperative logits row below H =
-  // 2048) take it; Gemma-2-2B's 256000 columns leave 256 rows in 256 MiB, and
-  // below H = 768 nothing was measured: those keep the cuBLASLt default.
-  for (const auto& [h, v, rc] :
-       {std::tuple{4096, 32768, 3328}, std::tuple{3584, 152064, 768}, std::tuple{768, 50257, 2048}}) {
+  // 32768), Qwen2.5-7B, Gemma-2-2B (768 rows within 512 MiB, where 256 MiB left
+  // it 256) and, from H = 768, GPT-2 (the cooperative logits row below H =
+  // 2048) take it; below H = 768 nothing was measured: those keep the cuBLASLt
+  // default.
+  for (const auto& [h, v, rc] : {std::tuple{4096, 32768, 7424}, std::tuple{3584, 152064, 1536},
+                                 std::tuple{2304, 256000, 768}, std::tuple{768, 50257, 4864}}) {
     Problem q = p;
     q.hidden = h, q.vocab = v;
     CAPTURE(q.key());
     const KernelConfig b = device_default(q, yes);
     CHECK(b == flce_fused_forward_backward(q));
     CHECK(b.row_chunk == rc);
-    CHECK(b.workspace_mib == (h == 3584 ? 0 : KernelConfig::kDefaultWorkspaceMib));
+    CHECK(b.workspace_mib == KernelConfig::kDefaultWorkspaceMib);
     CHECK(b.logits_kernel == (h >= kSm90PingpongMinHidden ? kSm90LogitsVariantNames[kSm90PingpongLogitsVariant] : ""));
   }
-  for (const auto& [h, v] : {std::pair{2304, 256000}, std::pair{512, 50257}}) {
+  for (const auto& [h, v] : {std::pair{512, 50257}}) {
     Problem q = p;
     q.hidden = h, q.vocab = v;
     CAPTURE(q.key());
@@ -470,10 +471,10 @@ TEST_CASE("the ce device default: rows held in up to four shared-memory segments
 namespace celtune::cuda {
 size_t scratch_bytes(const Problem& p, const KernelConfig& c);
 }
-TEST_CASE("the fused defaults and seeds fit 256 MiB by the CUDA layout itself") {
+TEST_CASE("the fused defaults and seeds fit the default's budget by the CUDA layout itself") {
   // The mirror above misses what the layout adds after it changes (the merges'
-  // CallEnd slots took seeds at N = 32768 and 65536 up to 136 KiB past 256 MiB
-  // before fused_seed counted them): the layout is the judge.
+  // CallEnd slots took seeds at N = 32768 and 65536 up to 136 KiB past 256 MiB,
+  // the budget then, before fused_seed counted them): the layout is the judge.
   auto yes = [](const KernelConfig&) { return true; };
   for (int64_t V : {32000, 32768, 50257, 128256, 152064, 256000})
     for (int64_t H : {768, 2304, 3584, 4096, 8192})
@@ -489,7 +490,7 @@ TEST_CASE("the fused defaults and seeds fit 256 MiB by the CUDA layout itself") 
             if (c.impl != KernelConfig::Impl::fused) continue;
             CAPTURE(p.key());
             CAPTURE(to_string(c));
-            CHECK(cuda::scratch_bytes(p, c) <= size_t{256} << 20);
+            CHECK(cuda::scratch_bytes(p, c) <= kDefaultScratchBudget);
           }
         }
 }

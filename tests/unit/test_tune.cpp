@@ -210,7 +210,7 @@ TEST_CASE("guided search measures each seed grown to the scratch limit: the fewe
   SyntheticGpu backend;
   Problem p;
   p.family = Family::flce, p.tokens = 4096, p.hidden = 16, p.vocab = 65536, p.dtype = DType::fp32;
-  p.mode = Mode::forward_backward;  // the default keeps its tile to 256 MiB: 768-row chunks
+  p.mode = Mode::forward_backward;  // the default keeps its tile to the budget: 1792-row chunks
   auto chunks = [&](const KernelConfig& c) { return (p.tokens + c.row_chunk_for(p) - 1) / c.row_chunk_for(p); };
   backend.ms = [&](const KernelConfig& c) { return 1.0 + 0.1 * static_cast<double>(chunks(c)); };
   KernelConfig half;

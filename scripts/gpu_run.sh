@@ -239,7 +239,8 @@ for s in $steps; do
       # celtune against the peers (scripts/peer_bench.py, one process, the same
       # method): PEERS (default torch.compile alone; "compile,celtune,liger,cce,
       # cce-exact,quack,floor" for all), PEERS_SHAPES, PEERS_CE_SHAPES,
-      # PEERS_MODES, PEERS_RUNS. Peers missing from the machine's image travel
+      # PEERS_MODES, PEERS_RUNS, PEERS_QUEUED=1 (--queued: GPU work ahead of
+      # each timed run, as a training step has). Peers missing from the machine's image travel
       # as wheels in .whl/ (carry it), unpacked into PEERS_SITE (default
       # /tmp/peers/site-packages: QuACK fingerprints the source of any function
       # outside a folder of that name as its own, and refused the CUTLASS DSL's
@@ -257,7 +258,7 @@ for s in $steps; do
       PYTHONPATH=$pypath CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so PYTHONUNBUFFERED=1 \
         timeout ${PEERS_TIMEOUT:-400} python3 scripts/peer_bench.py --peers "${PEERS:-compile}" \
         ${PEERS_SHAPES:+--shapes $PEERS_SHAPES} ${PEERS_CE_SHAPES:+--ce-shapes $PEERS_CE_SHAPES} \
-        ${PEERS_MODES:+--modes $PEERS_MODES} ${PEERS_RUNS:+--runs $PEERS_RUNS} --json "$OUT/peers.json" \
+        ${PEERS_MODES:+--modes $PEERS_MODES} ${PEERS_RUNS:+--runs $PEERS_RUNS} ${PEERS_QUEUED:+--queued} --json "$OUT/peers.json" \
         >"$OUT/peers.txt" 2>"$OUT/peers.err"; note "peers (${PEERS:-compile}): exit $?"
       tail -3 "$OUT/peers.err"; cat "$OUT/peers.txt"
       ;;

@@ -31,13 +31,20 @@ the runs (celtune's scratch, which its library allocates and keeps, is there,
 not in "extra"; it stays from the first shape that needed it). Forward runs on
 detached inputs (evaluation), so no peer computes gradients there.
 
+--queued puts about 5 ms of GEMMs (three 8192³ bf16 products) on the stream
+ahead of each timed run, as a training step has its model's layers ahead of
+the loss: the host's work for the call (celtune.torch's forward took 0.4-1.2 ms
+of it at N = 8192 on the H200, fifty-ninth session) then overlaps the GPU's
+instead of showing in the events' interval, which measures the GPU's time
+alone. Without it an idle GPU waits for the call's first launch.
+
 Accuracy (--check, default on): one forward+backward of each peer against an
 fp32 PyTorch reference of the same inputs: |Δloss| and the relative Frobenius
 error of each gradient (bf16's own rounding is ~2e-3).
 
 Run on the GPU machine: python3 scripts/peer_bench.py [--peers ...]
   [--shapes N,H,V[,softcap] ...] [--ce-shapes N,V ...] [--modes fwdbwd,fwd]
-  [--runs 20] [--json FILE]; celtune needs PYTHONPATH=python and
+  [--runs 20] [--queued] [--json FILE]; celtune needs PYTHONPATH=python and
   CELTUNE_LIBRARY=<staged libceltune.so>.
 """
 import argparse
@@ -71,6 +78,12 @@ def naive_ce(z, y):
 # ---- peers: each returns fn(x, w, y) for flce or fn(z, y) for ce -------------
 
 def peer_compile(family, softcap):
+    # A fresh compile a problem: dynamo keeps its graphs per code object, and
+    # after 8 recompiles (static shapes, two modes, a softcap) it runs the
+    # function eagerly from then on. So it did from the fifth shape of the
+    # fifty-ninth session's first call (GPT-2: 21.2 ms eager against 4.6
+    # compiled; 4.6 GiB of logits and their gradient).
+    torch._dynamo.reset()
     if family == "flce":
         step = torch.compile(naive_flce, dynamic=False)
         return lambda x, w, y: step(x, w, y, softcap)
@@ -160,11 +173,17 @@ def flush_buffer():
     return _flush
 
 
+_queue = None  # (a, out) for --queued, set in main
+
+
 def bench(fn, runs, warmup=3):
     flush = flush_buffer()
     times = []
     for i in range(warmup + runs):
         flush.fill_(1.0)
+        if _queue is not None:
+            for _ in range(3):
+                torch.matmul(_queue[0], _queue[0], out=_queue[1])
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -373,6 +392,7 @@ def main():
     ap.add_argument("--modes", default="fwdbwd,fwd")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--check", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--queued", action="store_true", help="GPU work ahead of each timed run (see above)")
     ap.add_argument("--json", help="write every row here as JSON")
     args = ap.parse_args()
     args.peers = [p for p in args.peers.split(",") if p]
@@ -385,7 +405,11 @@ def main():
     global _outside0
     torch.ones(1, device="cuda")  # the context, before anything is counted
     _outside0 = outside_torch()
-    info = {"device": torch.cuda.get_device_name(), **versions()}
+    if args.queued:  # before the inputs: outside every peer's measured peak
+        global _queue
+        a = torch.randn(8192, 8192, device="cuda").bfloat16()
+        _queue = (a, torch.empty_like(a))
+    info = {"device": torch.cuda.get_device_name(), **versions(), "queued": args.queued}
     print("# " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
     rows = []
     for spec in args.shapes:

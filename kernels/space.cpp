@@ -32,7 +32,8 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
     // 1.111 / 1.106 against 1.060 / 1.049×; Llama-3-8B (1024 rows) fused with
     // dW on cuBLASLt 1.178 / 1.141× against 1.064 / 1.052×. Gemma-2-2B's
     // 256000 columns left 256 rows in 256 MiB: 1.548 against 1.887× (H100),
-    // so there it kept the cuBLASLt default; within 512 MiB it has 896. From H = 768 the fused seed is ahead
+    // so there it kept the cuBLASLt default; within 512 MiB the fused seed has
+    // 1024 rows and it takes that. From H = 768 the fused seed is ahead
     // since the logits GEMM stores its tile 16 bytes a lane (ce_epilogue.cuh),
     // where a short mainloop had left that store exposed (H200 before it, GPT-2
     // N = 8192: 1.535 against the cuBLASLt default's 1.479×). H100, forty-third

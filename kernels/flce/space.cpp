@@ -61,7 +61,11 @@ std::vector<int64_t> dw_rows(bool used) {
 // H100: 4 chunks of 1024 rows 20.5–20.9 ms against 6 of 768 rows 21.9–22.1).
 // Skinnier dX GEMMs need cuBLASLt's split-K, which needs the workspace
 // (Gemma-2-2B, 512 rows, H = 2304: 37.0 ms without, 29.6 with; with the
-// ping-pong dW 34.5 without).
+// ping-pong dW 34.5 without). 1024 rows at H = 2304 are wide enough: within
+// 512 MiB they run 1.027x / 0.998x the floor with none at Gemma-2-2B N = 8192
+// / 4096, where 768 rows beside the workspace (what fits it) ran 1.118x /
+// 1.122x and 1024 rows beside 1 MiB 1.054x / 1.011x (H200, one process,
+// fifty-ninth session).
 KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   f.impl = KernelConfig::Impl::fused;
   set_logits_variant(f, v);
@@ -99,7 +103,7 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   constexpr int64_t kLeanWorkspaceMib = 0;
   int64_t rc = fit(rc0, KernelConfig::kDefaultWorkspaceMib);
   const int64_t lean_rc = fit(room(kLeanWorkspaceMib) / (tile_row + part_row), kLeanWorkspaceMib);
-  if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{768} * 3584) {
+  if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{1024} * 2304) {
     rc = lean_rc;
     f.workspace_mib = kLeanWorkspaceMib;
   }

@@ -202,8 +202,10 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   // chunks at N = 4096, not three of 1920 beside it), Llama-3-70B likewise;
   // Qwen2.5-7B 1536 rows beside it (dropping it would not save a chunk);
   // one chunk at N = 1024 beside it. (Within 256 MiB: Llama-3-8B 1024 rows with
-  // none, Qwen2.5-7B 768 with none.) Gemma-2-2B's dX GEMM is too skinny for an
-  // unsplit GEMM (512 rows at H = 2304), so it keeps the workspace.
+  // none, Qwen2.5-7B 768 with none.) Gemma-2-2B: 1024 rows with none (four
+  // chunks at N = 4096, not six of 768 beside it); within 256 MiB its dX GEMM
+  // was too skinny for an unsplit GEMM (512 rows at H = 2304), and it kept the
+  // workspace.
   Problem p;
   p.family = Family::flce, p.tokens = 4096, p.hidden = 4096, p.vocab = 128256, p.mode = Mode::forward_backward;
   CHECK(flce_space(p).seeds[1].row_chunk == 2048);
@@ -215,7 +217,8 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
   CHECK(flce_space(p).seeds[1].row_chunk == 1536);
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
   p.hidden = 2304, p.vocab = 256000;
-  CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+  CHECK(flce_space(p).seeds[1].row_chunk == 1024);
+  CHECK(flce_space(p).seeds[1].workspace_mib == 0);
   p.hidden = 4096, p.vocab = 128256, p.tokens = 1024;  // one chunk, beside the workspace
   CHECK(flce_space(p).seeds[1].row_chunk == 0);
   CHECK(flce_space(p).seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
@@ -292,19 +295,19 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(device_default(p.with_tokens(512), yes).row_chunk == 0);  // one chunk, nothing accumulates
   CHECK(device_default(p.with_tokens(512), yes).dw_acc_fp32);
   // Where the fused seed's row chunks stay at 512 rows or more: Mistral-7B (V =
-  // 32768), Qwen2.5-7B, Gemma-2-2B (768 rows within 512 MiB, where 256 MiB left
-  // it 256) and, from H = 768, GPT-2 (the cooperative logits row below H =
-  // 2048) take it; below H = 768 nothing was measured: those keep the cuBLASLt
-  // default.
+  // 32768), Qwen2.5-7B, Gemma-2-2B (1024 rows with no workspace within 512 MiB,
+  // where 256 MiB left it 256) and, from H = 768, GPT-2 (the cooperative logits
+  // row below H = 2048) take it; below H = 768 nothing was measured: those keep
+  // the cuBLASLt default.
   for (const auto& [h, v, rc] : {std::tuple{4096, 32768, 7424}, std::tuple{3584, 152064, 1536},
-                                 std::tuple{2304, 256000, 768}, std::tuple{768, 50257, 4864}}) {
+                                 std::tuple{2304, 256000, 1024}, std::tuple{768, 50257, 4864}}) {
     Problem q = p;
     q.hidden = h, q.vocab = v;
     CAPTURE(q.key());
     const KernelConfig b = device_default(q, yes);
     CHECK(b == flce_fused_forward_backward(q));
     CHECK(b.row_chunk == rc);
-    CHECK(b.workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+    CHECK(b.workspace_mib == (h == 2304 ? 0 : KernelConfig::kDefaultWorkspaceMib));
     CHECK(b.logits_kernel == (h >= kSm90PingpongMinHidden ? kSm90LogitsVariantNames[kSm90PingpongLogitsVariant] : ""));
   }
   for (const auto& [h, v] : {std::pair{512, 50257}}) {

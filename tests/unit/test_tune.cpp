@@ -201,10 +201,12 @@ TEST_CASE("guided search measures an earlier winner for the same GPU and problem
 }
 
 TEST_CASE("guided search measures each seed grown to the scratch limit: the fewest row chunks that fit") {
-  // A larger --max-scratch buys fewer row chunks first (tune.cpp, grow_seeds).
-  // Synthetic times fall with the chunk count alone, so the grown seed is the
-  // best; a budget of three (the default, its seed, one more) finds it only
-  // because it is measured as a seed. The limit leaves out the whole-N chunk.
+  // A larger --max-scratch buys fewer row chunks first (tune.cpp,
+  // with_grown_seeds). Synthetic times fall with the chunk count alone, so the
+  // grown default is the best; a budget of two (the default, then one more)
+  // finds it only because it is measured right after the default, ahead of an
+  // earlier winner (1024-row chunks, as a tune within less scratch would have
+  // stored) and the space's seeds. The limit leaves out the whole-N chunk.
   const auto path = std::filesystem::temp_directory_path() / "celtune-test-tune-grow.sqlite";
   std::filesystem::remove(path);
   SyntheticGpu backend;
@@ -216,14 +218,25 @@ TEST_CASE("guided search measures each seed grown to the scratch limit: the fewe
   KernelConfig half;
   half.row_chunk = 2048, half.v_chunk = 0;
   TuneOptions o;
-  o.budget = 3, o.gemm_algos = 0;
+  o.budget = 2, o.gemm_algos = 0;
   o.max_scratch = backend.scratch_bytes(p, half) + 1024;  // 2048 rows fit, 4096 do not
   o.plan.warmup = 1, o.plan.min_runs = 3, o.plan.max_runs = 3, o.plan.ci_target = 0;
   const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
-  REQUIRE(chunks(def) > 2);
+  REQUIRE(chunks(def) == 3);
   {
     db::Store store(path.string(), db::Access::read_write);
+    db::BestEntry earlier;
+    earlier.device = backend.device();
+    earlier.problem = p;
+    earlier.config = def;
+    earlier.config.row_chunk = 1024;
+    earlier.stats.median_ms = earlier.stats.p20_ms = earlier.stats.p80_ms = 0.4, earlier.stats.samples = 3;
+    earlier.default_ms = 1.0, earlier.speedup = 2.5;
+    earlier.celtune_version = "0.0.1", earlier.kernel_hash = "0123456789abcdef";
+    earlier.created_at = "2026-01-01T00:00:00Z";
+    store.put_best(earlier);
     const TuneResult r = tune_problem(backend, store, p, o);
+    CHECK(r.prior == 1);
     CHECK(chunks(r.best) == 2);
     CHECK(backend.scratch_bytes(p, r.best) <= o.max_scratch);
   }

@@ -81,7 +81,7 @@ def peer_compile(family, softcap):
     # A fresh compile a problem: dynamo keeps its graphs per code object, and
     # after 8 recompiles (static shapes, two modes, a softcap) it runs the
     # function eagerly from then on. So it did from the fifth shape of the
-    # fifty-ninth session's first call (GPT-2: 21.2 ms eager against 4.6
+    # fifty-ninth session's first call (GPT-2: 21.2 ms eager against 4.5
     # compiled; 4.6 GiB of logits and their gradient).
     torch._dynamo.reset()
     if family == "flce":

@@ -13,7 +13,8 @@ KernelConfig SearchSpace::at(const std::vector<size_t>& index) const {
 
 SearchSpace space_for(const Problem& p) { return p.family == Family::ce ? ce_space(p) : flce_space(p); }
 
-KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs) {
+KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs,
+                            size_t budget) {
   if (p.family == Family::ce && runs) {
     // The spread path where the GPU holds its grid, else the cluster path.
     for (const std::optional<KernelConfig>& f : {ce_spread_default(p), ce_fused_default(p)})
@@ -49,11 +50,11 @@ KernelConfig device_default(const Problem& p, const std::function<bool(const Ker
       const KernelConfig f = flce_fused_forward(p);
       if (runs(f)) return f;
     } else if (p.hidden >= kFusedBwdMinHidden) {
-      const KernelConfig f = flce_fused_forward_backward(p);
+      const KernelConfig f = flce_fused_forward_backward(p, budget);
       if ((f.row_chunk == 0 || f.row_chunk >= kFusedBwdMinRows) && runs(f)) return f;
     }
   }
-  return default_config(p);
+  return default_config(p, budget);
 }
 
 std::vector<Candidate> enumerate(const SearchSpace& s, const Problem& p, const SpaceLimits& limits,

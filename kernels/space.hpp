@@ -53,8 +53,8 @@ struct Candidate {
 KernelConfig flce_fused_forward(const Problem& p);
 
 // Forward+backward flce on the fused path with the default's chunks, within the
-// same scratch (partials included), dW on cuBLASLt; a seed of the flce space.
-KernelConfig flce_fused_forward_backward(const Problem& p);
+// same scratch budget (partials included); a seed of the flce space.
+KernelConfig flce_fused_forward_backward(const Problem& p, size_t budget = kDefaultScratchBudget);
 
 // The ce family's fused path where it is the device default (sm_90: clusters and
 // bulk copies): forward+backward where a row fits one or two segments of 64 KiB
@@ -75,8 +75,11 @@ std::optional<KernelConfig> ce_spread_default(const Problem& p);
 // H100: 1.01× one GEMM, timed in rounds; Gemma-2-2B, GPT-2 likewise ahead), and
 // forward+backward at H ≥ 768 takes flce_fused_forward_backward where its row
 // chunks are whole rows or 512 or more (space.cpp gives the measurements); ce takes ce_fused_default. The
-// runtime, bench and tune all start from this.
-KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs);
+// runtime, bench and tune all start from this. `budget` bounds flce's scratch
+// (the runtime's CELTUNE_MAX_SCRATCH, tune's --max-scratch where smaller); the
+// forward's fused default keeps to 64 MiB whatever it is.
+KernelConfig device_default(const Problem& p, const std::function<bool(const KernelConfig&)>& runs,
+                            size_t budget = kDefaultScratchBudget);
 
 SearchSpace ce_space(const Problem& p);
 SearchSpace flce_space(const Problem& p);

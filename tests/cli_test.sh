@@ -192,6 +192,16 @@ expect 2 "tune without a problem" -- "$celtune" tune --device cpu --db "$tmp/t.s
 expect 2 "random without budget" -- "$celtune" tune --device cpu --shape 8,16,200 --strategy random --db "$tmp/t.sqlite"
 expect 2 "bad max-scratch" -- "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 12XB --db "$tmp/t.sqlite"
 contains err "KiB or K, MiB or M, GiB or G" "the refusal lists every unit the parser takes"
+# CELTUNE_MAX_SCRATCH: refused when malformed or below 64 MiB, wherever it is
+# read (lookup's resolver, tune's --max-scratch default), and followed by tune.
+expect 2 "a malformed CELTUNE_MAX_SCRATCH" -- env CELTUNE_MAX_SCRATCH=12XB "$celtune" lookup --device cpu --shape 64,32,2000
+contains err "CELTUNE_MAX_SCRATCH: unknown size unit 'XB'" "the refusal names the variable"
+expect 2 "a CELTUNE_MAX_SCRATCH below 64 MiB" -- env CELTUNE_MAX_SCRATCH=1MiB "$celtune" tune --device cpu \
+  --shape 8,16,200 --db "$tmp/ms.sqlite"
+contains err "need at least 64MiB" "the refusal names the least budget"
+expect 0 "tune within CELTUNE_MAX_SCRATCH" -- env CELTUNE_MAX_SCRATCH=64MiB "$celtune" tune --device cpu \
+  --shape 8,16,200 --budget 2 --db "$tmp/ms.sqlite"
+contains out "max scratch 64.0 MiB" "tune's --max-scratch default follows CELTUNE_MAX_SCRATCH"
 # A database the run creates and leaves empty is not left behind.
 expect 1 "tune with no candidate within --max-scratch" -- "$celtune" tune --device cpu --shape 48,16,700 \
   --max-scratch 1KiB --db "$tmp/empty-new.sqlite"

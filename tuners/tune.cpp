@@ -202,7 +202,10 @@ TuneResult tune_problem(Backend& backend, db::Store& store, const Problem& p, co
   // Its grown point (with_grown_seeds) is measured next, then earlier winners
   // (tune.hpp), then the space's seeds where they are in the grid, each with
   // its own grown point.
-  const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); });
+  // The default the runtime would run within this budget (CELTUNE_MAX_SCRATCH
+  // set to it); a larger one keeps the shipped default as the start.
+  const KernelConfig def = device_default(p, [&](const KernelConfig& c) { return backend.supports(p, c); },
+                                          std::min(o.max_scratch, kDefaultScratchBudget));
   size_t start = cands.size();
   std::vector<size_t> seeds;
   std::vector<const db::Store*> sources{&store};

@@ -66,7 +66,7 @@ std::vector<int64_t> dw_rows(bool used) {
 // / 4096, where 768 rows beside the workspace (what fits it) ran 1.118x /
 // 1.122x and 1024 rows beside 1 MiB 1.054x / 1.011x (H200, one process,
 // fifty-ninth session).
-KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
+KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0, size_t budget = kDefaultScratchBudget) {
   f.impl = KernelConfig::Impl::fused;
   set_logits_variant(f, v);
   const int64_t cluster_rows = kSm90LogitsClusterRows[v];
@@ -81,7 +81,8 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0) {
   // The budget the default keeps to (its tile budget, the cuBLASLt path's row
   // state, and the full workspace), less the target logits and 8 KiB for pieces
   // starting on 256-byte boundaries.
-  const int64_t total = flce_tile_budget(p) + 16 * p.tokens + 4096 + (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
+  const int64_t total =
+      flce_tile_budget(p, budget) + 16 * p.tokens + 4096 + (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
   auto room = [&](int64_t ws_mib) { return total - (ws_mib << 20) - 4 * p.tokens - 8192; };
   auto chunks = [&](int64_t rows) { return (p.tokens + rows - 1) / rows; };
   // And the merges' slots for the call's end (sm90::CallEnd: a float and two
@@ -144,16 +145,16 @@ KernelConfig flce_fused_forward(const Problem& p) {
 
 // The default as a grid point: one accumulator switch for dW and dX, both fp32
 // where nothing accumulates (the grid's constraint).
-KernelConfig grid_default(const Problem& p) {
-  KernelConfig c = default_config(p);
+KernelConfig grid_default(const Problem& p, size_t budget = kDefaultScratchBudget) {
+  KernelConfig c = default_config(p, budget);
   const bool accumulates = p.mode == Mode::forward_backward && p.dtype != DType::fp32 &&
                            (c.row_chunk_for(p) < p.tokens || !c.one_pass(p));
   c.dx_acc_fp32 = c.dw_acc_fp32 = accumulates ? c.dw_acc_fp32 : true;
   return c;
 }
 
-KernelConfig flce_fused_forward_backward(const Problem& p) {
-  KernelConfig f = fused_seed(p, grid_default(p), default_logits_variant(p));
+KernelConfig flce_fused_forward_backward(const Problem& p, size_t budget) {
+  KernelConfig f = fused_seed(p, grid_default(p, budget), default_logits_variant(p), budget);
   f.dw_kernel = kSm90DwVariantNames[kSm90PingpongDwVariant];
   return f;
 }

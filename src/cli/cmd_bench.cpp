@@ -199,12 +199,13 @@ Action register_bench(CLI::App& app) {
     uint64_t seed = 1;
     bool ce_skip_said = false;
     double best_copy_gb_per_s = 0;  // the fastest copy this process measured: see the ce rows
+    const size_t budget = defaults_scratch_budget();  // before any timing: a refusal wastes none
     for (const Problem& p0 : problems) {
       if (!a->json && !a->csv) std::cerr << "bench: " << p0.key() << '\n';
       const Floors f = backend->measure_floors(p0);
       std::vector<KernelConfig> configs = given;
-      if (configs.empty())
-        configs.push_back(device_default(p0, [&](const KernelConfig& c) { return backend->supports(p0, c); }));
+      if (configs.empty())  // what the runtime runs: within CELTUNE_MAX_SCRATCH where set
+        configs.push_back(device_default(p0, [&](const KernelConfig& c) { return backend->supports(p0, c); }, budget));
       if (p0.family == Family::flce) {
         // The rows and what times them, in one order; the floor first where there is one.
         std::vector<Row> timed;

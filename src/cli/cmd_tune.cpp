@@ -29,9 +29,10 @@ namespace {
 
 struct TuneArgs {
   // --max-scratch's default is the built-in defaults' own budget, so that tuning
-  // can keep the default config (one constant to move, in model/config.hpp).
-  std::string device, devices, shard, db, strategy = "guided",
-              max_scratch = std::to_string(kDefaultScratchBudget >> 20) + "MiB";
+  // can keep the default config: CELTUNE_MAX_SCRATCH where set, as the runtime
+  // reads it (read when the command runs: empty here), else kDefaultScratchBudget
+  // (one constant, in model/config.hpp).
+  std::string device, devices, shard, db, strategy = "guided", max_scratch;
   size_t budget = 0;
   bool force = false, json = false;
   uint64_t seed = 1;
@@ -40,27 +41,6 @@ struct TuneArgs {
   std::vector<std::string> priors;
   ProblemArgs problem;
 };
-
-size_t parse_size(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  double v = 0;
-  auto r = std::from_chars(s.data(), s.data() + i, v);
-  // The whole number must parse ("1.2.3MiB" stopped after 1.2 and was taken).
-  if (i == 0 || r.ec != std::errc() || r.ptr != s.data() + i)
-    fail_usage("malformed size '" + s + "': expected e.g. 256MiB, 1GiB or 1048576");
-  const std::string unit = s.substr(i);
-  double m = 1;
-  if (unit.empty() || unit == "B") m = 1;
-  else if (unit == "KiB" || unit == "K") m = 1024.0;
-  else if (unit == "MiB" || unit == "M") m = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") m = 1024.0 * 1024 * 1024;
-  else fail_usage("unknown size unit '" + unit + "' in '" + s + "' (B, KiB or K, MiB or M, GiB or G)");
-  // Past 2^63 the conversion to size_t is undefined (it came out as a small
-  // limit, so tuning failed for want of configs instead of refusing the flag).
-  if (!(v * m < 0x1p63)) fail_usage("size '" + s + "' is out of range (below 2^63 bytes)");
-  return static_cast<size_t>(v * m);
-}
 
 std::pair<int, int> parse_shard(const std::string& s) {
   const auto slash = s.find('/');
@@ -107,8 +87,9 @@ Action register_tune(CLI::App& app) {
       ->capture_default_str();
   auto* budget = sub->add_option("--budget", a->budget, "Evaluations for random; cap for guided (default: 30% of the candidates, at least 12)")
                      ->transform(whole_number("COUNT", 1));
-  sub->add_option("--max-scratch", a->max_scratch, "Device scratch a config may use, e.g. 256MiB, 1GiB")
-      ->capture_default_str();
+  sub->add_option("--max-scratch", a->max_scratch,
+                  "Device scratch a config may use, e.g. 256MiB, 1GiB (default: $CELTUNE_MAX_SCRATCH, else " +
+                      std::to_string(kDefaultScratchBudget >> 20) + "MiB)");
   sub->add_flag("--force", a->force, "Re-measure configs the database already holds for this kernel build");
   sub->add_flag("--json", a->json, "One JSON line per finished problem instead of the table");
   sub->add_option("--seed", a->seed, "Seed of the random inputs and of the search")
@@ -143,7 +124,7 @@ Action register_tune(CLI::App& app) {
     if (o.strategy == Strategy::exhaustive && budget->count())
       fail_usage("--strategy exhaustive measures every candidate: --budget applies to random and guided");
     o.budget = a->budget;
-    o.max_scratch = parse_size(a->max_scratch);
+    o.max_scratch = a->max_scratch.empty() ? defaults_scratch_budget() : parse_bytes(a->max_scratch, "--max-scratch");
     // Every config takes some scratch (the chunk state at least): a zero budget
     // fits none, which tune found only after opening the database.
     if (o.max_scratch == 0) fail_usage("--max-scratch 0 fits no config; give a budget such as 256MiB");
@@ -247,7 +228,8 @@ Action register_tune(CLI::App& app) {
     if (!a->json) {
       std::cout << "devices: ";
       for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";
-      std::cout << "\ndatabase: " << printable_message(db_path) << "\nstrategy: " << a->strategy << ", max scratch " << a->max_scratch
+      std::cout << "\ndatabase: " << printable_message(db_path) << "\nstrategy: " << a->strategy << ", max scratch "
+                << (a->max_scratch.empty() ? human_bytes(static_cast<double>(o.max_scratch)) : a->max_scratch)
                 << "\n\n"
                 << std::flush;
     }

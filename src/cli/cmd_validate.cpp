@@ -158,10 +158,11 @@ Action register_validate(CLI::App& app) {
       }
     } else if (names_problem(a->problem)) {
       uint64_t s = seed;
+      const size_t budget = defaults_scratch_budget();
       for (const Problem& p : build_problems(a->problem)) {
         ValidationCase vc;
         vc.problem = p;
-        vc.config = a->config.empty() ? default_config(p) : parse_config_json(a->config);
+        vc.config = a->config.empty() ? default_config(p, budget) : parse_config_json(a->config);
         validate_config(p, vc.config);
         // A config this backend cannot run is no verdict on the kernels (it was
         // reported as a failed case, exit 1): check() says why, as bench does.

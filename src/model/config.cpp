@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -152,16 +155,16 @@ KernelConfig ce_default(const Problem& p, KernelConfig c) {
 }
 }  // namespace
 
-int64_t flce_tile_budget(const Problem& p) {
+int64_t flce_tile_budget(const Problem& p, size_t budget) {
   // The tile shares the budget less the GEMM workspace with the per-row softmax
   // state (4 floats a token) and the counters, so a tile that divides exactly
   // cannot push the default past the budget tune's --max-scratch enforces by default.
-  constexpr int64_t kTileBytes =
-      static_cast<int64_t>(kDefaultScratchBudget) - (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
-  return kTileBytes - 16 * p.tokens - 4096;
+  const int64_t tile_bytes = static_cast<int64_t>(std::min<size_t>(budget, INT64_MAX >> 1)) -
+                             (int64_t{KernelConfig::kDefaultWorkspaceMib} << 20);
+  return tile_bytes - 16 * p.tokens - 4096;
 }
 
-KernelConfig default_config(const Problem& p) {
+KernelConfig default_config(const Problem& p, size_t budget) {
   // Measured on an H100 (docs/results.md, 2026-11-22): tiles of 2048 with 256
   // threads read logits at 93% of copy bandwidth.
   KernelConfig c;
@@ -176,7 +179,7 @@ KernelConfig default_config(const Problem& p) {
   // where two passes (four GEMMs) cannot beat 1.33x. Only when a row chunk would
   // fall under 128 rows (V beyond ~900k in bf16) do vocabulary chunks take over.
   const int64_t bytes = dtype_bytes(p.dtype);
-  const int64_t tile_budget = flce_tile_budget(p);
+  const int64_t tile_budget = flce_tile_budget(p, budget);
   if (p.mode == Mode::forward) {
     // Forward only has no second pass, so vocabulary chunks cost nothing extra:
     // tall row chunks and as many columns as the budget allows. On the H100 this
@@ -214,6 +217,37 @@ KernelConfig default_config(const Problem& p) {
   c.dx_acc_fp32 = true;
   while (c.block_size > 256 && c.block_size > c.v_chunk_for(p)) c.block_size /= 2;
   return c;
+}
+
+std::optional<size_t> env_max_scratch() {
+  const char* e = std::getenv("CELTUNE_MAX_SCRATCH");
+  if (!e || !*e) return std::nullopt;
+  const size_t b = parse_bytes(e, "CELTUNE_MAX_SCRATCH");
+  if (b < kMinScratchBudget)
+    fail_usage("CELTUNE_MAX_SCRATCH is " + std::string(e) + "; the built-in defaults need at least " +
+               std::to_string(kMinScratchBudget >> 20) + "MiB (the GEMM workspace and a tile of rows)");
+  return b;
+}
+
+size_t parse_bytes(const std::string& s, const std::string& what) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  double v = 0;
+  auto r = std::from_chars(s.data(), s.data() + i, v);
+  // The whole number must parse ("1.2.3MiB" stopped after 1.2 and was taken).
+  if (i == 0 || r.ec != std::errc() || r.ptr != s.data() + i)
+    fail_usage(what + ": malformed size '" + s + "': expected e.g. 256MiB, 1GiB or 1048576");
+  const std::string unit = s.substr(i);
+  double m = 1;
+  if (unit.empty() || unit == "B") m = 1;
+  else if (unit == "KiB" || unit == "K") m = 1024.0;
+  else if (unit == "MiB" || unit == "M") m = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") m = 1024.0 * 1024 * 1024;
+  else fail_usage(what + ": unknown size unit '" + unit + "' in '" + s + "' (B, KiB or K, MiB or M, GiB or G)");
+  // Past 2^63 the conversion to size_t is undefined (it came out as a small
+  // limit, so tuning failed for want of configs instead of refusing the flag).
+  if (!(v * m < 0x1p63)) fail_usage(what + ": size '" + s + "' is out of range (below 2^63 bytes)");
+  return static_cast<size_t>(v * m);
 }
 
 void to_json(nlohmann::json& j, const KernelConfig& c) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,11 +105,6 @@ void validate_config(const Problem& p, const KernelConfig& c);
 // loads (V % 8 == 0).
 inline int64_t ce_segment(int64_t vocab, int64_t splits) { return ((vocab + splits - 1) / splits + 255) / 256 * 256; }
 
-// The built-in default: a sensible config for any problem, not the smallest.
-// One pass when the full-vocabulary tile of a reasonable row chunk fits in
-// kDefaultScratchBudget; otherwise vocabulary chunks that keep the GEMMs large.
-KernelConfig default_config(const Problem& p);
-
 // The scratch the built-in defaults keep to, and tune's --max-scratch default.
 // 512 MiB: within 256 MiB the dW GEMM reads and writes all of dW once a row
 // chunk, and Gemma-2-2B's 256000 columns left 384-row chunks (21 at N = 8192)
@@ -116,11 +112,34 @@ KernelConfig default_config(const Problem& p);
 // 1.02x the floor, 8-13% ahead (H200, docs/results.md, fifty-sixth session).
 // torch.compile of the plain code holds 1-5 GiB at the same shapes.
 inline constexpr size_t kDefaultScratchBudget = size_t{512} << 20;
+// The least budget a default is built for: the GEMM workspace, the row state and
+// a tile of a few hundred rows of a 128k vocabulary (CELTUNE_MAX_SCRATCH below it
+// is refused).
+inline constexpr size_t kMinScratchBudget = size_t{64} << 20;
+
+// The built-in default: a sensible config for any problem, not the smallest.
+// One pass when the full-vocabulary tile of a reasonable row chunk fits in
+// `budget` of scratch; otherwise vocabulary chunks that keep the GEMMs large.
+// A smaller budget (CELTUNE_MAX_SCRATCH) gives smaller chunks by the same rule.
+KernelConfig default_config(const Problem& p, size_t budget = kDefaultScratchBudget);
 
 // The bytes of scratch flce's default gives its tile (and what the tile must
 // share: accumulators, the fused path's partials): the budget less the default
-// GEMM workspace and the row state, so the whole stays within kDefaultScratchBudget.
-int64_t flce_tile_budget(const Problem& p);
+// GEMM workspace and the row state, so the whole stays within the budget.
+int64_t flce_tile_budget(const Problem& p, size_t budget = kDefaultScratchBudget);
+
+// CELTUNE_MAX_SCRATCH when set (the runtime's default and tune's --max-scratch
+// default follow it), else nullopt. Throws Error(usage) for a malformed value
+// or one below kMinScratchBudget: a budget the user set and silently lost would
+// hand them the default's where they had room for less.
+std::optional<size_t> env_max_scratch();
+// The budget the built-in defaults keep to here: CELTUNE_MAX_SCRATCH, else
+// kDefaultScratchBudget. Read it once, before work it would waste if refused.
+inline size_t defaults_scratch_budget() { return env_max_scratch().value_or(kDefaultScratchBudget); }
+
+// A byte count as users write one: 1048576, 256MiB (or 256M), 1GiB (or 1G),
+// 64KiB (or 64K), 100B. Throws Error(usage) naming `what` for anything else.
+size_t parse_bytes(const std::string& s, const std::string& what);
 
 std::string to_string(const KernelConfig& c);  // compact one-line form
 std::ostream& operator<<(std::ostream&, const KernelConfig&);

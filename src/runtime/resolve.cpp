@@ -77,6 +77,7 @@ Resolver::Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string
     write_warning(warn_, std::string(e.what()) + "; waiting the default " + std::to_string(db::kDefaultBusyTimeoutMs) +
                              " ms for a locked database");
   }
+  max_scratch_ = env_max_scratch();  // refused outright when malformed, not warned about
 }
 
 Resolver::Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
@@ -131,7 +132,11 @@ std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p,
   if (checks_.supports)
     if (std::string why = checks_.supports(p, c); !why.empty())
       return "config " + celtune::to_string(c) + " is not supported here: " + why;
-  if (t != db::Tier::exact && checks_.scratch_bytes) {
+  if (max_scratch_ && checks_.scratch_bytes) {
+    if (const size_t need = checks_.scratch_bytes(p, c); need > *max_scratch_)
+      return "config " + celtune::to_string(c) + " needs " + std::to_string(need >> 20) + " MiB of scratch at N=" +
+             std::to_string(p.tokens) + ", over CELTUNE_MAX_SCRATCH's " + std::to_string(*max_scratch_ >> 20) + " MiB";
+  } else if (t != db::Tier::exact && checks_.scratch_bytes) {
     // A borrowed config (nearest and same-arch tiers) must fit the larger of
     // kDefaultScratchBudget and the scratch it took where it was tuned, since the
     // tuner stored it within the budget it was given. N=64's one-row-chunk config
@@ -187,7 +192,8 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   // The built-in default for this device (the fused forward where it runs).
   auto runs = [this, &p](const KernelConfig& c) { return checks_.supports && checks_.supports(p, c).empty(); };
-  Resolved r{device_default(p, runs), Source::default_config, std::nullopt, {}, {}, {}};
+  Resolved r{device_default(p, runs, max_scratch_.value_or(kDefaultScratchBudget)), Source::default_config,
+             std::nullopt, {}, {}, {}};
   // Rows of this device, from any database, come before a row borrowed from
   // another device of its arch: a CELTUNE_DB holding only another GPU's rows hid
   // the shipped file's exact ones (the README probe). Among this device's rows
@@ -216,6 +222,16 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
     }
   }
   if (!hit && borrowed) hit = std::move(borrowed), hit_from = borrowed_from;
+  // The rule keeps the default's tile within the budget by the GPU's layout, but
+  // the row state grows with N (16 bytes a token), and the CPU backend holds its
+  // tile in fp32: there the default can need more. It runs all the same (no
+  // config would do better on a budget the rule cannot meet), and says so once
+  // a problem (the result is cached).
+  if (!hit && max_scratch_ && checks_.scratch_bytes)
+    if (const size_t need = checks_.scratch_bytes(p, r.config); need > *max_scratch_)
+      write_warning(warn_, "CELTUNE_MAX_SCRATCH is " + std::to_string(*max_scratch_ >> 20) +
+                               " MiB, but the built-in default for " + key + " (" + celtune::to_string(r.config) +
+                               ") needs " + std::to_string(need >> 20) + " MiB here; running it");
   if (hit) {
     r.config = hit->entry.config;
     r.entry = std::move(hit->entry);

@@ -65,6 +65,8 @@ class Resolver {
   // the next candidate (next tier, next database) tried.
   Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
            DeviceChecks checks = {});
+  // Throws Error(usage) for a malformed CELTUNE_MAX_SCRATCH or one below
+  // kMinScratchBudget.
   // One database the caller named (tests, benchmarks).
   Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
            DeviceChecks checks = {});
@@ -104,6 +106,10 @@ class Resolver {
   std::set<std::string> damage_warned_;  // damaged rows already warned about
   bool log_ = false;
   int busy_ms_ = db::kDefaultBusyTimeoutMs;  // for every database it opens (read once)
+  // CELTUNE_MAX_SCRATCH (read once): the built-in default keeps to it and a
+  // stored row over it is passed over, in every tier. Unset: the default's
+  // kDefaultScratchBudget, and only borrowed rows are bounded (fits()).
+  std::optional<size_t> max_scratch_;
 };
 
 }  // namespace celtune::runtime

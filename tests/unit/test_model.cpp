@@ -281,6 +281,33 @@ TEST_CASE("the default rule's choices at the shipped presets, as measured agains
   }
 }
 
+TEST_CASE("a smaller budget (CELTUNE_MAX_SCRATCH) gives the rule's chunks for it: at 256 MiB, those measured there") {
+  // Within 256 MiB, the shipped budget until the fifty-ninth session, the rule's
+  // choices were pinned as measured against tuned (the two cases around this one
+  // give where): the same rule with the budget passed must make them again.
+  constexpr size_t k256 = size_t{256} << 20;
+  struct Pin {
+    int64_t H, V, row_chunk_from_1024;
+  };
+  for (const Pin& pin : {Pin{4096, 128256, 896}, Pin{8192, 128256, 896}, Pin{3584, 152064, 768},
+                         Pin{2304, 256000, 384}, Pin{4096, 32768, 3456}}) {
+    for (int64_t N : {1024, 4096, 16384}) {
+      Problem p;
+      p.tokens = N, p.hidden = pin.H, p.vocab = pin.V;
+      CAPTURE(p.key());
+      const KernelConfig c = default_config(p, k256);
+      CHECK(c.v_chunk == 0);
+      CHECK(c.row_chunk == (pin.row_chunk_from_1024 >= N ? 0 : pin.row_chunk_from_1024));
+      p.mode = Mode::forward;
+      if (N == 16384) CHECK(default_config(p, k256).v_chunk == 14080);
+    }
+  }
+  Problem p;
+  p.tokens = 8192, p.hidden = 4096, p.vocab = 128256;
+  CHECK(default_config(p, kDefaultScratchBudget) == default_config(p));
+  CHECK(default_config(p, kMinScratchBudget).row_chunk < default_config(p, k256).row_chunk);
+}
+
 TEST_CASE("the forward default: row chunks of at most 8192 rows, the widest vocabulary chunks the budget allows") {
   // Pinned: at N ≥ 16384, chunks of 16384 rows left ~7000 columns and ran
   // 1.11–1.20x the tuned best; 8192 rows (14080 columns) came within 1.03x of

@@ -643,6 +643,43 @@ TEST_CASE("a borrowed config is re-checked against the target's scratch budget; 
   CHECK(r.resolve(cpu_problem(64), nullptr).source == runtime::Source::exact);
 }
 
+TEST_CASE("CELTUNE_MAX_SCRATCH: the default keeps to it, a stored row over it is passed over; bad values refused") {
+  Fixture fx;
+  const std::string path = (fx.dir / "budget.sqlite").string();
+  const Problem p = cpu_problem(16384);
+  put_cpu(path, p, 256);  // one chunk and the whole vocabulary: a 125 MiB fp32 tile on the CPU backend
+  std::shared_ptr<const Backend> cpu = open_backend("cpu");
+  std::ostringstream warn;
+  auto resolver = [&] { return runtime::Resolver(path, cpu->device(), kKernelSourceHash, warn, runtime::backend_checks(cpu)); };
+  unsetenv("CELTUNE_MAX_SCRATCH");
+  CHECK(resolver().resolve(p, nullptr).source == runtime::Source::exact);  // unset: the exact row, whatever it takes
+  constexpr size_t kBudget = size_t{64} << 20;
+  REQUIRE(setenv("CELTUNE_MAX_SCRATCH", "64MiB", 1) == 0);
+  {
+    runtime::Resolver r = resolver();
+    const runtime::Resolved got = r.resolve(p, nullptr);
+    CHECK(got.source == runtime::Source::default_config);
+    REQUIRE(got.skipped.size() == 1);
+    CHECK(got.skipped[0].find("over CELTUNE_MAX_SCRATCH's 64 MiB") != std::string::npos);
+    CHECK(got.config == default_config(p, kBudget));
+    CHECK_FALSE(got.config == default_config(p));  // the rule's chunks, smaller
+    CHECK(cpu->scratch_bytes(p, got.config) <= kBudget);
+    CHECK(warn.str().empty());
+    // An explicit config is taken as given: the caller chose it.
+    CHECK(r.resolve(p, "{\"row_chunk\": 0}").source == runtime::Source::explicit_config);
+  }
+  for (const char* bad : {"12XB", "63MiB", "-5", "1.2.3MiB"}) {
+    CAPTURE(bad);
+    REQUIRE(setenv("CELTUNE_MAX_SCRATCH", bad, 1) == 0);
+    CHECK_THROWS_AS(resolver(), Error);
+    CHECK_THROWS_AS(env_max_scratch(), Error);
+  }
+  REQUIRE(setenv("CELTUNE_MAX_SCRATCH", "1GiB", 1) == 0);
+  CHECK(env_max_scratch() == size_t{1} << 30);
+  unsetenv("CELTUNE_MAX_SCRATCH");
+  CHECK_FALSE(env_max_scratch().has_value());
+}
+
 TEST_CASE("C API: a small buffer is its own status with the size needed; sizes that overflow are refused") {
   Fixture fx;
   ScopedEnv no_env("CELTUNE_DB", nullptr), no_user("XDG_DATA_HOME", fx.dir.c_str());

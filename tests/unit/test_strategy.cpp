@@ -467,6 +467,43 @@ TEST_CASE("the ce device default: rows held in up to four shared-memory segments
   CHECK(c.v_chunk == 16128);
 }
 
+TEST_CASE("the device default within 256 MiB (CELTUNE_MAX_SCRATCH): the fused choices measured there") {
+  // fa96d60's pins, the shipped budget's until the fifty-ninth session: Llama-3
+  // 1024-row chunks with no workspace (one chunk at N = 1024), Qwen2.5-7B 768
+  // with none, Mistral-7B 3328 and GPT-2 2048 beside it; Gemma-2-2B's 256000
+  // columns leave the fused seed 256 rows, so it keeps the cuBLASLt default.
+  constexpr size_t k256 = size_t{256} << 20;
+  auto yes = [](const KernelConfig&) { return true; };
+  Problem p;
+  p.family = Family::flce, p.mode = Mode::forward_backward, p.vocab = 128256;
+  for (int64_t h : {4096, 8192})
+    for (int64_t n : {1024, 4096, 32768}) {
+      Problem q = p.with_tokens(n);
+      q.hidden = h;
+      CAPTURE(q.key());
+      const KernelConfig b = device_default(q, yes, k256);
+      CHECK(b.impl == KernelConfig::Impl::fused);
+      CHECK(b.row_chunk == (n == 1024 ? 0 : 1024));
+      CHECK(b.workspace_mib == 0);
+      CHECK(b == flce_fused_forward_backward(q, k256));
+    }
+  for (const auto& [h, v, rc, ws] : {std::tuple{4096, 32768, 3328, KernelConfig::kDefaultWorkspaceMib},
+                                     std::tuple{3584, 152064, 768, 0},
+                                     std::tuple{768, 50257, 2048, KernelConfig::kDefaultWorkspaceMib}}) {
+    Problem q = p.with_tokens(16384);
+    q.hidden = h, q.vocab = v;
+    CAPTURE(q.key());
+    const KernelConfig b = device_default(q, yes, k256);
+    CHECK(b.impl == KernelConfig::Impl::fused);
+    CHECK(b.row_chunk == rc);
+    CHECK(b.workspace_mib == ws);
+  }
+  Problem g = p.with_tokens(16384);
+  g.hidden = 2304, g.vocab = 256000;
+  CHECK(device_default(g, yes, k256) == default_config(g, k256));
+  CHECK(default_config(g, k256).row_chunk == 384);
+}
+
 #ifdef CELTUNE_HAVE_CUDA
 // The CUDA layout's own size (kernels/flce/flce.cu; its header needs the CUDA
 // headers, which this test does not build against). Host arithmetic only: no

@@ -202,6 +202,16 @@ contains err "need at least 64MiB" "the refusal names the least budget"
 expect 0 "tune within CELTUNE_MAX_SCRATCH" -- env CELTUNE_MAX_SCRATCH=64MiB "$celtune" tune --device cpu \
   --shape 8,16,200 --budget 2 --db "$tmp/ms.sqlite"
 contains out "max scratch 64.0 MiB" "tune's --max-scratch default follows CELTUNE_MAX_SCRATCH"
+# Refused too where the variable would bound no case of the run: validate's
+# default matrix and a tune given --max-scratch (both ran with it malformed).
+expect 2 "validate's default matrix refuses a malformed CELTUNE_MAX_SCRATCH" -- env CELTUNE_MAX_SCRATCH=garbage \
+  "$celtune" validate --device cpu
+expect 2 "tune with --max-scratch refuses a malformed CELTUNE_MAX_SCRATCH" -- env CELTUNE_MAX_SCRATCH=garbage \
+  "$celtune" tune --device cpu --shape 8,16,200 --max-scratch 64MiB --db "$tmp/ms.sqlite"
+# A default the rule cannot keep within it (the CPU's fp32 tile) runs, and bench says so.
+expect 0 "bench a default over CELTUNE_MAX_SCRATCH" -- env CELTUNE_MAX_SCRATCH=64MiB "$celtune" bench --device cpu \
+  --shape 16,128,131072 --mode fwdbwd --runs 20 --no-unfused --no-ce
+contains err "over CELTUNE_MAX_SCRATCH's 64.0 MiB here; timing it" "bench warns as the runtime does"
 # A database the run creates and leaves empty is not left behind.
 expect 1 "tune with no candidate within --max-scratch" -- "$celtune" tune --device cpu --shape 48,16,700 \
   --max-scratch 1KiB --db "$tmp/empty-new.sqlite"

@@ -20,6 +20,9 @@ struct TuneOptions {
   Strategy strategy = Strategy::guided;
   size_t budget = 0;  // random: evaluations; guided: cap (0: 30% of the candidates, at least 12)
   size_t max_scratch = SIZE_MAX;
+  // The budget the runtime's built-in default keeps to where this runs
+  // (CELTUNE_MAX_SCRATCH, else the shipped one): the default measured first.
+  size_t default_budget = kDefaultScratchBudget;
   bool force = false;  // re-measure even when the database holds a measurement
   TimingPlan plan;
   uint64_t seed = 1;

@@ -123,8 +123,11 @@ class Context:
         create = L.celtune_create_cpu if device < 0 else L.celtune_create
         st = create(ctypes.byref(h), db_path.encode() if db_path else None)
         if st != OK:
-            raise CeltuneError(f"celtune: cannot create a context for "
-                               f"{'the CPU' if device < 0 else f'cuda:{device}'} (status {st})")
+            # The context that held the message is gone: the library keeps it
+            # for celtune_last_error(NULL) (a malformed CELTUNE_MAX_SCRATCH).
+            why = (L.celtune_last_error(None) or b"").decode(errors="replace") or f"status {st}"
+            msg = f"celtune: cannot create a context for {'the CPU' if device < 0 else f'cuda:{device}'}: {why}"
+            raise CeltuneInvalidArgument(msg) if st == INVALID_ARGUMENT else CeltuneError(msg)
         self.handle = h
         self.device = device
         if device >= 0 and L.celtune_context_device(h) != device:

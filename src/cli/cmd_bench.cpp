@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -199,13 +200,20 @@ Action register_bench(CLI::App& app) {
     uint64_t seed = 1;
     bool ce_skip_said = false;
     double best_copy_gb_per_s = 0;  // the fastest copy this process measured: see the ce rows
-    const size_t budget = defaults_scratch_budget();  // before any timing: a refusal wastes none
+    const std::optional<size_t> env_budget = env_max_scratch();  // before any timing: a refusal wastes none
+    const size_t budget = env_budget.value_or(kDefaultScratchBudget);
     for (const Problem& p0 : problems) {
       if (!a->json && !a->csv) std::cerr << "bench: " << p0.key() << '\n';
       const Floors f = backend->measure_floors(p0);
       std::vector<KernelConfig> configs = given;
-      if (configs.empty())  // what the runtime runs: within CELTUNE_MAX_SCRATCH where set
+      if (configs.empty()) {  // what the runtime runs: within CELTUNE_MAX_SCRATCH where set
         configs.push_back(device_default(p0, [&](const KernelConfig& c) { return backend->supports(p0, c); }, budget));
+        // Where the rule cannot keep to it (the CPU backend's fp32 tile), as the runtime warns.
+        if (const size_t need = backend->scratch_bytes(p0, configs.back()); env_budget && need > *env_budget)
+          std::cerr << "bench: warning: the built-in default for " << p0.key() << " ("
+                    << to_string(configs.back()) << ") " << scratch_over_budget(need, *env_budget)
+                    << " here; timing it\n";
+      }
       if (p0.family == Family::flce) {
         // The rows and what times them, in one order; the floor first where there is one.
         std::vector<Row> timed;
@@ -298,7 +306,9 @@ Action register_bench(CLI::App& app) {
         };
         for (Mode m : ce_modes(p0)) {
           const Problem p = ce_problem(p0, m);
-          auto dflt = [&] { return device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }); };
+          auto dflt = [&] {
+            return device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }, budget);
+          };
           // A ce problem's given configs, else (and for an flce problem's logits) the default.
           std::vector<KernelConfig> ce_configs =
               p0.family == Family::ce && !given.empty() ? given : std::vector<KernelConfig>{dflt()};

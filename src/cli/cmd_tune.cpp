@@ -124,7 +124,10 @@ Action register_tune(CLI::App& app) {
     if (o.strategy == Strategy::exhaustive && budget->count())
       fail_usage("--strategy exhaustive measures every candidate: --budget applies to random and guided");
     o.budget = a->budget;
-    o.max_scratch = a->max_scratch.empty() ? defaults_scratch_budget() : parse_bytes(a->max_scratch, "--max-scratch");
+    // Read (and refused when malformed) with --max-scratch given too: it also
+    // sets the default the tuner measures first, the one the runtime runs here.
+    o.default_budget = defaults_scratch_budget();
+    o.max_scratch = a->max_scratch.empty() ? o.default_budget : parse_bytes(a->max_scratch, "--max-scratch");
     // Every config takes some scratch (the chunk state at least): a zero budget
     // fits none, which tune found only after opening the database.
     if (o.max_scratch == 0) fail_usage("--max-scratch 0 fits no config; give a budget such as 256MiB");

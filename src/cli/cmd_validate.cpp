@@ -119,6 +119,10 @@ Action register_validate(CLI::App& app) {
     const uint64_t seed = a->seed ? *a->seed
                                        : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull;
     std::vector<ValidationCase> cases;
+    // Read, and refused when malformed, whichever cases run: the default matrix,
+    // --all-configs and --from-db ran with CELTUNE_MAX_SCRATCH=garbage and
+    // passed, where every other command refuses it (a helper's probe).
+    const size_t budget = defaults_scratch_budget();
     if (!a->from_db.empty() && (a->all_configs || names_problem(a->problem) || !a->config.empty()))
       fail_usage("--from-db validates the database's own problems and configs: not with --all-configs, a problem or "
                  "--config");
@@ -158,11 +162,15 @@ Action register_validate(CLI::App& app) {
       }
     } else if (names_problem(a->problem)) {
       uint64_t s = seed;
-      const size_t budget = defaults_scratch_budget();
+      // With no --config, the built-in default this device runs (the fused
+      // path on sm_90, as bench times): default_config alone was the cuBLASLt
+      // path's, so the default a Hopper user runs went unchecked here.
       for (const Problem& p : build_problems(a->problem)) {
         ValidationCase vc;
         vc.problem = p;
-        vc.config = a->config.empty() ? default_config(p, budget) : parse_config_json(a->config);
+        vc.config = a->config.empty()
+                        ? device_default(p, [&](const KernelConfig& c) { return backend->supports(p, c); }, budget)
+                        : parse_config_json(a->config);
         validate_config(p, vc.config);
         // A config this backend cannot run is no verdict on the kernels (it was
         // reported as a failed case, exit 1): check() says why, as bench does.

@@ -229,6 +229,12 @@ std::optional<size_t> env_max_scratch() {
   return b;
 }
 
+std::string scratch_over_budget(size_t need, size_t budget) {
+  return "needs " + human_bytes(static_cast<double>(need)) + " of scratch, " +
+         human_bytes(static_cast<double>(need - budget)) + " over CELTUNE_MAX_SCRATCH's " +
+         human_bytes(static_cast<double>(budget));
+}
+
 size_t parse_bytes(const std::string& s, const std::string& what) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;

@@ -137,6 +137,11 @@ std::optional<size_t> env_max_scratch();
 // kDefaultScratchBudget. Read it once, before work it would waste if refused.
 inline size_t defaults_scratch_budget() { return env_max_scratch().value_or(kDefaultScratchBudget); }
 
+// "needs 256.0 MiB of scratch, 4.0 KiB over CELTUNE_MAX_SCRATCH's 256.0 MiB"
+// (need > budget): the excess said apart, since sizes rounded to a tenth of a
+// MiB read as equal (a helper's probe saw "needs 128 MiB …, over … 128 MiB").
+std::string scratch_over_budget(size_t need, size_t budget);
+
 // A byte count as users write one: 1048576, 256MiB (or 256M), 1GiB (or 1G),
 // 64KiB (or 64K), 100B. Throws Error(usage) naming `what` for anything else.
 size_t parse_bytes(const std::string& s, const std::string& what);

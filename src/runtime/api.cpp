@@ -69,6 +69,20 @@ struct ThreadErrorsOwner {
 };
 thread_local ThreadErrorsOwner t_errors_owner;
 
+// Why this thread's last celtune_create or celtune_create_cpu failed, for
+// celtune_last_error(NULL): the context that held the message is gone by the
+// time the caller sees the status (a malformed CELTUNE_MAX_SCRATCH reached
+// Python as "cannot create a context (status 2)"). A fixed array, trivially
+// destructible, for the reason t_errors is a pointer; a longer message is cut.
+thread_local char t_create_error[1024] = "";
+
+celtune_status remember_create(celtune_status st, const char* message) {
+  const size_t n = st == CELTUNE_OK ? 0 : std::min(std::strlen(message), sizeof t_create_error - 1);
+  std::memcpy(t_create_error, message, n);
+  t_create_error[n] = '\0';
+  return st;
+}
+
 // This thread's map, made on first use; nullptr once the thread is ending.
 ErrorMap* thread_errors() {
   if (t_errors_gone) return nullptr;
@@ -418,7 +432,7 @@ size_t celtune_sizeof(const char* type_name) {
 }
 
 celtune_status celtune_create(celtune_context** out, const char* db_path) {
-  if (!out) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  if (!out) return remember_create(CELTUNE_ERROR_INVALID_ARGUMENT, "celtune_create: null output pointer");
   *out = nullptr;
   auto ctx = std::make_unique<celtune_context>();
   const celtune_status st = guarded(ctx.get(), [&] {
@@ -454,11 +468,11 @@ celtune_status celtune_create(celtune_context** out, const char* db_path) {
                                                         kKernelSourceHash, std::cerr, std::move(checks));
   });
   if (st == CELTUNE_OK) *out = ctx.release();
-  return st;
+  return remember_create(st, ctx ? ctx->last_error() : "");
 }
 
 celtune_status celtune_create_cpu(celtune_context** out, const char* db_path) {
-  if (!out) return CELTUNE_ERROR_INVALID_ARGUMENT;
+  if (!out) return remember_create(CELTUNE_ERROR_INVALID_ARGUMENT, "celtune_create_cpu: null output pointer");
   *out = nullptr;
   auto ctx = std::make_unique<celtune_context>();
   const celtune_status st = guarded(ctx.get(), [&] {
@@ -468,7 +482,7 @@ celtune_status celtune_create_cpu(celtune_context** out, const char* db_path) {
                                                         kKernelSourceHash, std::cerr, runtime::backend_checks(ctx->cpu));
   });
   if (st == CELTUNE_OK) *out = ctx.release();
-  return st;
+  return remember_create(st, ctx ? ctx->last_error() : "");
 }
 
 void celtune_destroy(celtune_context* ctx) { delete ctx; }
@@ -482,7 +496,7 @@ int celtune_context_device(const celtune_context* ctx) {
 }
 
 const char* celtune_last_error(const celtune_context* ctx) {
-  if (!ctx) return "null context";
+  if (!ctx) return t_create_error;
   return ctx->last_error();
 }
 

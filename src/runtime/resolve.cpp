@@ -134,8 +134,8 @@ std::string Resolver::fits(const db::BestEntry& e, db::Tier t, const Problem& p,
       return "config " + celtune::to_string(c) + " is not supported here: " + why;
   if (max_scratch_ && checks_.scratch_bytes) {
     if (const size_t need = checks_.scratch_bytes(p, c); need > *max_scratch_)
-      return "config " + celtune::to_string(c) + " needs " + std::to_string(need >> 20) + " MiB of scratch at N=" +
-             std::to_string(p.tokens) + ", over CELTUNE_MAX_SCRATCH's " + std::to_string(*max_scratch_ >> 20) + " MiB";
+      return "config " + celtune::to_string(c) + " at N=" + std::to_string(p.tokens) + " " +
+             scratch_over_budget(need, *max_scratch_);
   } else if (t != db::Tier::exact && checks_.scratch_bytes) {
     // A borrowed config (nearest and same-arch tiers) must fit the larger of
     // kDefaultScratchBudget and the scratch it took where it was tuned, since the
@@ -229,9 +229,8 @@ Resolved Resolver::resolve(const Problem& p, const char* explicit_json) {
   // a problem (the result is cached).
   if (!hit && max_scratch_ && checks_.scratch_bytes)
     if (const size_t need = checks_.scratch_bytes(p, r.config); need > *max_scratch_)
-      write_warning(warn_, "CELTUNE_MAX_SCRATCH is " + std::to_string(*max_scratch_ >> 20) +
-                               " MiB, but the built-in default for " + key + " (" + celtune::to_string(r.config) +
-                               ") needs " + std::to_string(need >> 20) + " MiB here; running it");
+      write_warning(warn_, "the built-in default for " + key + " (" + celtune::to_string(r.config) + ") " +
+                               scratch_over_budget(need, *max_scratch_) + " here; running it");
   if (hit) {
     r.config = hit->entry.config;
     r.entry = std::move(hit->entry);

@@ -1127,3 +1127,18 @@ def test_torch_func_transforms_are_refused_clearly():
                       lambda: torch.func.jvp(lambda a: ct.linear_cross_entropy(a, wd, t), (xd,), (xd,))):
         with pytest.raises(ct.CeltuneInvalidArgument, match="torch.func transforms .* are not supported"):
             transform()
+
+
+@pytest.mark.parametrize("value", ["garbage", "63MiB", "-1"])
+def test_a_bad_scratch_budget_is_refused_with_its_reason(monkeypatch, value):
+    # The library refuses the context; its message outlived it only through
+    # celtune_last_error(NULL): before, Python raised "cannot create a context
+    # (status 2)", a plain CeltuneError naming nothing.
+    monkeypatch.setattr(ct, "_contexts", {})  # a fresh context reads the variable
+    monkeypatch.setenv("CELTUNE_MAX_SCRATCH", value)
+    x, w, _, t = make("cpu", torch.float32)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="CELTUNE_MAX_SCRATCH"):
+        ct.linear_cross_entropy(x, w, t)
+    monkeypatch.setenv("CELTUNE_MAX_SCRATCH", "256MiB")
+    loss = ct.linear_cross_entropy(x.detach(), w.detach(), t)  # once fixed, the next call creates it
+    assert rel(loss, F.cross_entropy(F.linear(x.detach(), w.detach()), t)) < 2e-5

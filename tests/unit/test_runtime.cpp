@@ -660,7 +660,7 @@ TEST_CASE("CELTUNE_MAX_SCRATCH: the default keeps to it, a stored row over it is
     const runtime::Resolved got = r.resolve(p, nullptr);
     CHECK(got.source == runtime::Source::default_config);
     REQUIRE(got.skipped.size() == 1);
-    CHECK(got.skipped[0].find("over CELTUNE_MAX_SCRATCH's 64 MiB") != std::string::npos);
+    CHECK(got.skipped[0].find("over CELTUNE_MAX_SCRATCH's 64.0 MiB") != std::string::npos);
     CHECK(got.config == default_config(p, kBudget));
     CHECK_FALSE(got.config == default_config(p));  // the rule's chunks, smaller
     CHECK(cpu->scratch_bytes(p, got.config) <= kBudget);
@@ -673,7 +673,23 @@ TEST_CASE("CELTUNE_MAX_SCRATCH: the default keeps to it, a stored row over it is
     REQUIRE(setenv("CELTUNE_MAX_SCRATCH", bad, 1) == 0);
     CHECK_THROWS_AS(resolver(), Error);
     CHECK_THROWS_AS(env_max_scratch(), Error);
+    // Through the C API the context is refused, and its message outlives it:
+    // celtune_last_error(NULL) (the Python package raised "status 2" alone).
+    celtune_context* ctx = nullptr;
+    CHECK(celtune_create_cpu(&ctx, path.c_str()) == CELTUNE_ERROR_INVALID_ARGUMENT);
+    CHECK(ctx == nullptr);
+    CHECK(std::string(celtune_last_error(nullptr)).find("CELTUNE_MAX_SCRATCH") != std::string::npos);
   }
+  unsetenv("CELTUNE_MAX_SCRATCH");
+  {
+    celtune_context* ctx = nullptr;
+    REQUIRE(celtune_create_cpu(&ctx, path.c_str()) == CELTUNE_OK);
+    CHECK(std::string(celtune_last_error(nullptr)).empty());  // a success clears the thread's creation error
+    celtune_destroy(ctx);
+  }
+  // The excess is said apart: 4 KiB over read "needs 64 MiB, over … 64 MiB".
+  CHECK(scratch_over_budget(kBudget + 4096, kBudget) ==
+        "needs 64.0 MiB of scratch, 4.0 KiB over CELTUNE_MAX_SCRATCH's 64.0 MiB");
   REQUIRE(setenv("CELTUNE_MAX_SCRATCH", "1GiB", 1) == 0);
   CHECK(env_max_scratch() == size_t{1} << 30);
   unsetenv("CELTUNE_MAX_SCRATCH");

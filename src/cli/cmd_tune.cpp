@@ -232,7 +232,7 @@ Action register_tune(CLI::App& app) {
       std::cout << "devices: ";
       for (auto& b : backends) std::cout << b->device().id << " (" << b->device().name << ") ";
       std::cout << "\ndatabase: " << printable_message(db_path) << "\nstrategy: " << a->strategy << ", max scratch "
-                << (a->max_scratch.empty() ? human_bytes(static_cast<double>(o.max_scratch)) : a->max_scratch)
+                << human_bytes(static_cast<double>(o.max_scratch))  // as parsed, flag or variable alike
                 << "\n\n"
                 << std::flush;
     }

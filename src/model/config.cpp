@@ -238,21 +238,35 @@ std::string scratch_over_budget(size_t need, size_t budget) {
 size_t parse_bytes(const std::string& s, const std::string& what) {
   size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  double v = 0;
-  auto r = std::from_chars(s.data(), s.data() + i, v);
-  // The whole number must parse ("1.2.3MiB" stopped after 1.2 and was taken).
-  if (i == 0 || r.ec != std::errc() || r.ptr != s.data() + i)
+  const auto malformed = [&] {
     fail_usage(what + ": malformed size '" + s + "': expected e.g. 256MiB, 1GiB or 1048576");
-  const std::string unit = s.substr(i);
-  double m = 1;
-  if (unit.empty() || unit == "B") m = 1;
-  else if (unit == "KiB" || unit == "K") m = 1024.0;
-  else if (unit == "MiB" || unit == "M") m = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") m = 1024.0 * 1024 * 1024;
-  else fail_usage(what + ": unknown size unit '" + unit + "' in '" + s + "' (B, KiB or K, MiB or M, GiB or G)");
+  };
   // Past 2^63 the conversion to size_t is undefined (it came out as a small
   // limit, so tuning failed for want of configs instead of refusing the flag).
-  if (!(v * m < 0x1p63)) fail_usage(what + ": size '" + s + "' is out of range (below 2^63 bytes)");
+  const auto out_of_range = [&] { fail_usage(what + ": size '" + s + "' is out of range (below 2^63 bytes)"); };
+  if (i == 0) malformed();
+  const std::string unit = s.substr(i);
+  uint64_t m = 1;
+  if (unit.empty() || unit == "B") m = 1;
+  else if (unit == "KiB" || unit == "K") m = uint64_t{1} << 10;
+  else if (unit == "MiB" || unit == "M") m = uint64_t{1} << 20;
+  else if (unit == "GiB" || unit == "G") m = uint64_t{1} << 30;
+  else fail_usage(what + ": unknown size unit '" + unit + "' in '" + s + "' (B, KiB or K, MiB or M, GiB or G)");
+  const char* end = s.data() + i;
+  if (s.find('.') < i) {  // a fraction (1.5GiB): in double, the whole number parsed ("1.2.3MiB" was taken as 1.2)
+    double v = 0;
+    const auto r = std::from_chars(s.data(), end, v);
+    if (r.ec == std::errc::result_out_of_range) out_of_range();
+    if (r.ec != std::errc() || r.ptr != end) malformed();
+    if (!(v * static_cast<double>(m) < 0x1p63)) out_of_range();
+    return static_cast<size_t>(v * static_cast<double>(m));
+  }
+  // A whole number exactly: through a double, 2^63 - 1 rounded up to 2^63 and was refused.
+  uint64_t v = 0;
+  const auto r = std::from_chars(s.data(), end, v);
+  if (r.ec == std::errc::result_out_of_range) out_of_range();
+  if (r.ec != std::errc() || r.ptr != end) malformed();
+  if (v > (uint64_t{1} << 63) / m || v * m >= (uint64_t{1} << 63)) out_of_range();
   return static_cast<size_t>(v * m);
 }
 

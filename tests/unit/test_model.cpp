@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -448,4 +450,32 @@ TEST_CASE("bf16 and fp16 rounding is round-to-nearest-even") {
     CHECK(round_to(DType::bf16, round_to(DType::bf16, v)) == round_to(DType::bf16, v));
     CHECK(round_to(DType::fp16, round_to(DType::fp16, v)) == round_to(DType::fp16, v));
   }
+}
+
+TEST_CASE("parse_bytes: whole numbers exactly up to 2^63 - 1, fractions through double, the rest refused") {
+  CHECK(parse_bytes("1048576", "x") == size_t{1} << 20);
+  CHECK(parse_bytes("256MiB", "x") == size_t{256} << 20);
+  CHECK(parse_bytes("64M", "x") == size_t{64} << 20);
+  CHECK(parse_bytes("1.5GiB", "x") == size_t{3} << 29);
+  CHECK(parse_bytes("65536KiB", "x") == size_t{64} << 20);
+  // Through a double, 2^63 - 1 rounded to 2^63 and was refused as out of range.
+  CHECK(parse_bytes("9223372036854775807", "x") == (size_t{1} << 63) - 1);
+  CHECK(parse_bytes("8589934591GiB", "x") == size_t{8589934591} << 30);
+  auto refusal = [](const std::string& s) {
+    try {
+      parse_bytes(s, "x");
+    } catch (const Error& e) {
+      CHECK(e.status() == Status::usage);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // A number past what a double holds was "malformed"; it is out of range.
+  for (const std::string& s : std::vector<std::string>{"9223372036854775808", "8589934592GiB",
+                                                       "99999999999999999999999", std::string(400, '9') + ".5"})
+    CHECK_MESSAGE(refusal(s).find("out of range") != std::string::npos, refusal(s));
+  for (const char* s : {"", "MiB", "1.2.3MiB", ".", "-1", " 256MiB"})
+    CHECK_MESSAGE(refusal(s).find("malformed") != std::string::npos, refusal(s));
+  for (const char* s : {"256mib", "1e9", "256 MiB", "64MB"})
+    CHECK_MESSAGE(refusal(s).find("unknown size unit") != std::string::npos, refusal(s));
 }

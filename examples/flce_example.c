@@ -70,7 +70,7 @@ int main(void) {
 
   celtune_context* ctx = NULL;
   if (celtune_create(&ctx, NULL) != CELTUNE_OK) {
-    fprintf(stderr, "celtune_create failed\n");
+    fprintf(stderr, "celtune_create failed: %s\n", celtune_last_error(NULL));
     return 1;
   }
   celtune_flce_args a;

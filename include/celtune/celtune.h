@@ -187,9 +187,9 @@ size_t celtune_sizeof(const char* type_name);
  * or static destructor, an atexit handler) still returns its status and sets
  * its message, which is kept then in the context, shared by the threads that
  * are ending. With ctx NULL: why the calling thread's last celtune_create or
- * celtune_create_cpu failed ("" if it succeeded), until its next one (a
- * malformed CELTUNE_MAX_SCRATCH, for instance, fails the creation with
- * CELTUNE_ERROR_INVALID_ARGUMENT). */
+ * celtune_create_cpu failed, until its next one (a malformed
+ * CELTUNE_MAX_SCRATCH, for instance, fails the creation with
+ * CELTUNE_ERROR_INVALID_ARGUMENT), else "null context". */
 const char* celtune_last_error(const celtune_context* ctx);
 const char* celtune_version(void);
 

@@ -496,7 +496,7 @@ int celtune_context_device(const celtune_context* ctx) {
 }
 
 const char* celtune_last_error(const celtune_context* ctx) {
-  if (!ctx) return t_create_error;
+  if (!ctx) return t_create_error[0] ? t_create_error : "null context";
   return ctx->last_error();
 }
 

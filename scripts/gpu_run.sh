@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine over binaries built here (scripts/gpu_stage.sh puts
 # them in .gpu/): the gpu suite, celtune validate, celtune bench, optional extras.
 # Logs go to $OUT; a short summary is printed last.
-#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [tinylm] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] [ncu] [targets] …
+#   scripts/gpu_run.sh [suite] [validate] [validate-large] [python] [example] [tinylm] [c-example] [bench] [bench-fwd] [sanitize] [tune] [presets] [variants] [ab] [cetable] [ceprof] [ncu] [targets] [hosttime] …
 #   GPU_NAME=H200  run nothing (exit 0, saying so) unless nvidia-smi's name for
 #                  the GPU contains it: a call named nvidia-h200 may be given an
 #                  H100, and an H200 re-tune run there would be the H100's.
@@ -542,6 +542,17 @@ for s in $steps; do
       done
       python3 scripts/probe/target_cost.py --summarize "$OUT/target_cost.csv" | tee "$OUT/target_cost.txt"
       note "targets: ${#builds[@]} runs"
+      ;;
+    hosttime)
+      # Where a celtune.torch step's time goes (scripts/probe/host_time.py): the
+      # host's layers with the GPU kept busy, and the GPU's kernels, at the
+      # default shapes or HOST_SHAPES (N,H,V ...).
+      t0=$(date +%s)
+      # shellcheck disable=SC2086  # the shapes are a list
+      PYTHONPATH=$PWD/python CELTUNE_LIBRARY=$PWD/$B/lib/libceltune.so python3 scripts/probe/host_time.py \
+        ${HOST_SHAPES:-} >"$OUT/host_time.txt" 2>"$OUT/host_time.err"; rc=$?
+      note "hosttime: exit $rc ($(( $(date +%s) - t0 )) s)"
+      grep -E '^(machine|N=)|whole|C call' "$OUT/host_time.txt"
       ;;
     *) echo "unknown step $s" ;;
   esac

@@ -88,7 +88,9 @@ Action register_validate(CLI::App& app) {
   // a negative seed meant "random", so neither replayed what the user typed.
   sub->add_option("--seed", a->seed, "Seed of the random inputs (printed on every run; replays a failure)")
       ->transform(whole_number("SEED"));
-  sub->add_option("--config", a->config, "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}'");
+  sub->add_option("--config", a->config,
+                  "Explicit kernel config as JSON, e.g. '{\"block_size\":512,\"v_chunk\":8192}' (without it, a named "
+                  "problem runs the built-in default this device runs, within CELTUNE_MAX_SCRATCH)");
   sub->add_flag("--verbose", a->verbose, "Print per-output details for passing cases too");
   sub->add_option("--reference", a->reference,
                   "The truth: fp64 (CPU, exact, N·V·H work), gpu (cuBLASLt fp32 GEMMs + a plain three-pass fp32 "

@@ -125,7 +125,7 @@ class Context:
         if st != OK:
             # The context that held the message is gone: the library keeps it
             # for celtune_last_error(NULL) (a malformed CELTUNE_MAX_SCRATCH).
-            why = (L.celtune_last_error(None) or b"").decode(errors="replace") or f"status {st}"
+            why = L.celtune_last_error(None).decode(errors="replace")
             msg = f"celtune: cannot create a context for {'the CPU' if device < 0 else f'cuda:{device}'}: {why}"
             raise CeltuneInvalidArgument(msg) if st == INVALID_ARGUMENT else CeltuneError(msg)
         self.handle = h

@@ -62,11 +62,10 @@ class Resolver {
  public:
   // A stored config the device refuses, or a borrowed one whose scratch grows
   // past the budget at the target problem, is passed over with its reason and
-  // the next candidate (next tier, next database) tried.
+  // the next candidate (next tier, next database) tried. Both constructors throw
+  // Error(usage) for a malformed CELTUNE_MAX_SCRATCH or one below kMinScratchBudget.
   Resolver(std::vector<DatabasePath> dbs, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
            DeviceChecks checks = {});
-  // Throws Error(usage) for a malformed CELTUNE_MAX_SCRATCH or one below
-  // kMinScratchBudget.
   // One database the caller named (tests, benchmarks).
   Resolver(std::string db_path, DeviceInfo device, std::string kernel_hash, std::ostream& warn,
            DeviceChecks checks = {});

@@ -1705,99 +1705,6 @@ __global__ void column_sums_kernel(TileView v, float* db_acc, const float* row_s
   db_acc[v.v0 + j] += acc;
 }
 
-// The target's own element of a scaled-dZ row, dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), in
-// fp32 from the target's logit (z_target) and the LSE: p_y − 1 before any
-// rounding, as flce-math.md asks, so a confident row keeps its 1 − p. With a
-// softcap g = 1 − (ẑ_y/s)², without one 1. 0 for a token the loss ignores (c =
-// 0). The tile holds 0 there (scaled_dz_rows), and dX, dW and db take this term
-// apart, in fp32, before their one rounding (ce.hpp).
-__device__ __forceinline__ float target_term(const LossParams& p, const float* lse, const float* z_target, int64_t row,
-                                             int64_t y) {
-  const float c = token_scale(p, row, y);
-  if (c == 0.0f) return 0.0f;
-  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
-  const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
-  return c * (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
-}
-
-template <typename T>
-__global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
-                                      int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp, RowsToScale after) {
-  if (blockIdx.x >= v.rows) {
-    // The blocks past the chunk's rows: the previous chunk's dX, whose GEMM has
-    // run, becomes a_k·(q·W)_k + t_k·W[y_k], formed in fp32 and rounded once.
-    const int64_t k = blockIdx.x - v.rows, row = after.r0 + k, y = target_of(p, row);
-    const float a = after.row_scale[k], t = target_term(p, lse, z_target, row, y);
-    T* line = static_cast<T*>(after.m) + k * after.cols;
-    const T* w = t == 0.0f ? nullptr : static_cast<const T*>(after.w) + y * after.cols;
-    for (int64_t h = threadIdx.x; h < after.cols; h += blockDim.x) {
-      const float s = scaled_by(a, Conv<T>::to(line[h]));
-      line[h] = Conv<T>::from(w ? fmaf(t, Conv<T>::to(w[h]), s) : s);
-    }
-    return;
-  }
-  const int64_t i = blockIdx.x, row = v.r0 + i;
-  const int64_t y = target_of(p, row);
-  const float c = token_scale(p, row, y);  // 0 for an ignored or invalid target
-  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
-  __shared__ float s_ref;  // read before thread 0 overwrites row_scale[i] with a_i
-  if (threadIdx.x == 0) s_ref = rp.pairs ? row_scale[i] : p.softcap;
-  __syncthreads();
-  const bool rescale = isnan(s_ref) && c != 0.0f;  // a row of an ignored token stays as it is: a_i = 0
-  const float ref = isnan(s_ref) ? L : s_ref;
-  const float a = c == 0.0f ? 0.0f : c * zl * expf(ref - L);
-  T* q = static_cast<T*>(v.tile) + i * v.ld;
-  if (rescale) {
-    // Each tile's terms against its partial's m, brought to m_i = L_i; a tile
-    // whose terms are all zero (d = 0) stays zero.
-    for (int64_t j = threadIdx.x; j < v.cols; j += blockDim.x) {
-      const int64_t at = 2 * ((v.v0 + j) / rp.block_n * rp.rows_pad + i);
-      const float f = rp.pairs[at + 1] == 0.0f ? 0.0f : expf(rp.pairs[at] - L);
-      q[j] = Conv<T>::from(Conv<T>::to(q[j]) * f);
-    }
-    __syncthreads();  // before the target's element is cleared
-  }
-  if (threadIdx.x == 0) {
-    row_scale[i] = a;
-    // The target's element leaves the bf16 tile: target_term carries all of it.
-    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) q[y - v.v0] = Conv<T>::from(0.0f);
-  }
-  const T* in = x + i * hidden;
-  T* out = x_scaled + i * hidden;
-  for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) out[h] = Conv<T>::from(scaled_by(a, Conv<T>::to(in[h])));
-}
-
-// target_rows_add's sort keys: each token's target, or V for a token the loss
-// ignores (sorted last, never read), with its row as the value.
-__global__ void target_keys_kernel(LossParams p, int64_t tokens, unsigned* keys, unsigned* rows) {
-  for (int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; row < tokens;
-       row += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t y = target_of(p, row);
-    keys[row] = static_cast<unsigned>(token_scale(p, row, y) == 0.0f ? p.vocab : y);
-    rows[row] = static_cast<unsigned>(row);
-  }
-}
-
-// The tokens sorted by target, rows ascending within a target (a stable sort),
-// in pieces of kAddPiece: target_pieces_kernel sums t_j·x_j over each run of
-// one target in a piece, in token order, in fp32. A target whose tokens all lie
-// in the piece is added to dW and db there; a run that continues into the next
-// piece or from the previous one leaves its sum in the piece's slot (0: the
-// piece's first run, continued from before; 1: its last run, begun here), for
-// target_spans_kernel. So the sums and their order depend only on the targets:
-// deterministic, with no warp's serial work above a piece, however many tokens
-// share a target.
-constexpr int kAddThreads = 256;
-constexpr int64_t kAddPiece = kSm90TargetPiece;
-struct TargetSums {
-  const unsigned *keys, *rows;  // sorted
-  int64_t tokens, hidden;
-  float* part;      // [pieces][2][hidden]
-  float* part_t;    // [pieces][2]: the runs' Σ t_j
-  void* dw;         // [V, hidden]: fp32, or the bf16 output
-  bool dw_fp32;
-  float* db_acc;    // null: no bias
-};
 // Eight contiguous columns h … h + 7 of a row (all inside it or all past it when
 // VEC: 16-byte loads and stores, which need H % 8 = 0 and aligned rows).
 template <typename E>
@@ -1841,6 +1748,155 @@ __device__ __forceinline__ void store_cols8(E* row, int64_t h, int64_t hidden, c
   }
 }
 
+// The target's own element of a scaled-dZ row, dZ_iy = c·(zl·p_y − 1)·g(ẑ_y), in
+// fp32 from the target's logit (z_target) and the LSE: p_y − 1 before any
+// rounding, as flce-math.md asks, so a confident row keeps its 1 − p. With a
+// softcap g = 1 − (ẑ_y/s)², without one 1. 0 for a token the loss ignores (c =
+// 0). The tile holds 0 there (scaled_dz_rows), and dX, dW and db take this term
+// apart, in fp32, before their one rounding (ce.hpp).
+__device__ __forceinline__ float target_term(const LossParams& p, const float* lse, const float* z_target, int64_t row,
+                                             int64_t y) {
+  const float c = token_scale(p, row, y);
+  if (c == 0.0f) return 0.0f;
+  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
+  const float zy = z_target[row], t = p.softcap > 0.0f ? zy / p.softcap : 0.0f;
+  return c * (zl * expf(zy - L) - 1.0f) * ((1.0f - t) * (1.0f + t));  // 1 − t² without its cancellation
+}
+
+// A row of scaled_dz_rows' work, 8 contiguous columns a thread: the first
+// kHeldGroups groups a thread loads at once, before the row's factor is known,
+// so its load overlaps the row's target, LSE and factor loads (one round trip a
+// block rather than three); columns past them (H > 4096 at 256 threads) load
+// and store a group at a time. With 16-byte accesses that took the kernel from
+// 54 to 31 µs a launch at Mistral-7B N = 8192 and from 48 to 28 at
+// Llama-3-8B (ncu, H200), where two-byte accesses a thread at a time, issued
+// after the row's factor, left it at about 2 TB/s.
+constexpr int kHeldGroups = 2;
+template <typename T, bool VEC>
+struct HeldRow {
+  Cols8<T> g[kHeldGroups];
+  static __device__ int64_t col(int64_t u) { return (u * blockDim.x + threadIdx.x) * 8; }
+  __device__ void load(const T* row, int64_t cols) {
+#pragma unroll
+    for (int u = 0; u < kHeldGroups; ++u) g[u] = load_cols8<T, VEC>(row, col(u), cols);
+  }
+};
+
+// f(v, h, u) maps the 8 values of columns h … h + 7 of `in` in place, group u
+// (kHeldGroups for every group past the held ones, which `held` has loaded);
+// the results go to `out`'s same columns.
+template <typename T, bool VEC, typename F>
+__device__ __forceinline__ void map_row(const HeldRow<T, VEC>& held, const T* in, T* out, int64_t cols, F f) {
+  float v[8];
+#pragma unroll
+  for (int u = 0; u < kHeldGroups; ++u) {
+    const int64_t h = HeldRow<T, VEC>::col(u);
+    held.g[u].to(v);
+    f(v, h, u);
+    store_cols8<T, VEC>(out, h, cols, v);
+  }
+  for (int64_t h = HeldRow<T, VEC>::col(kHeldGroups); h < cols; h += int64_t{blockDim.x} * 8) {
+    load_cols8<T, VEC>(in, h, cols).to(v);
+    f(v, h, kHeldGroups);
+    store_cols8<T, VEC>(out, h, cols, v);
+  }
+}
+
+template <typename T, bool VEC>
+__global__ void scaled_dz_rows_kernel(TileView v, LossParams p, const float* lse, const float* z_target, const T* x,
+                                      int64_t hidden, T* x_scaled, float* row_scale, RefPartials rp, RowsToScale after) {
+  HeldRow<T, VEC> held;
+  if (blockIdx.x >= v.rows) {
+    // The blocks past the chunk's rows: the previous chunk's dX, whose GEMM has
+    // run, becomes a_k·(q·W)_k + t_k·W[y_k], formed in fp32 and rounded once.
+    const int64_t k = blockIdx.x - v.rows, row = after.r0 + k;
+    T* line = static_cast<T*>(after.m) + k * after.cols;
+    held.load(line, after.cols);
+    const int64_t y = target_of(p, row);
+    const float a = after.row_scale[k], t = target_term(p, lse, z_target, row, y);
+    if (t == 0.0f) {
+      map_row(held, line, line, after.cols, [a](float (&e)[8], int64_t, int) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) e[q] = scaled_by(a, e[q]);
+      });
+      return;
+    }
+    const T* w = static_cast<const T*>(after.w) + y * after.cols;
+    HeldRow<T, VEC> wy;  // W[y]'s groups, all in flight before the first is used
+    wy.load(w, after.cols);
+    map_row(held, line, line, after.cols, [&](float (&e)[8], int64_t h, int u) {
+      float wv[8];
+      if (u < kHeldGroups) wy.g[u].to(wv); else load_cols8<T, VEC>(w, h, after.cols).to(wv);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) e[q] = fmaf(t, wv[q], scaled_by(a, e[q]));
+    });
+    return;
+  }
+  const int64_t i = blockIdx.x, row = v.r0 + i;
+  const T* in = x + i * hidden;
+  held.load(in, hidden);
+  const int64_t y = target_of(p, row);
+  const float c = token_scale(p, row, y);  // 0 for an ignored or invalid target
+  const float L = lse[row], zl = 1.0f + 2.0f * p.z_loss * L;
+  __shared__ float s_ref;  // read before thread 0 overwrites row_scale[i] with a_i
+  if (threadIdx.x == 0) s_ref = rp.pairs ? row_scale[i] : p.softcap;
+  __syncthreads();
+  const bool rescale = isnan(s_ref) && c != 0.0f;  // a row of an ignored token stays as it is: a_i = 0
+  const float ref = isnan(s_ref) ? L : s_ref;
+  const float a = c == 0.0f ? 0.0f : c * zl * expf(ref - L);
+  T* q = static_cast<T*>(v.tile) + i * v.ld;
+  if (rescale) {
+    // Each tile's terms against its partial's m, brought to m_i = L_i; a tile
+    // whose terms are all zero (d = 0) stays zero.
+    for (int64_t j = threadIdx.x; j < v.cols; j += blockDim.x) {
+      const int64_t at = 2 * ((v.v0 + j) / rp.block_n * rp.rows_pad + i);
+      const float f = rp.pairs[at + 1] == 0.0f ? 0.0f : expf(rp.pairs[at] - L);
+      q[j] = Conv<T>::from(Conv<T>::to(q[j]) * f);
+    }
+    __syncthreads();  // before the target's element is cleared
+  }
+  if (threadIdx.x == 0) {
+    row_scale[i] = a;
+    // The target's element leaves the bf16 tile: target_term carries all of it.
+    if (c != 0.0f && y >= v.v0 && y < v.v0 + v.cols) q[y - v.v0] = Conv<T>::from(0.0f);
+  }
+  map_row(held, in, x_scaled + i * hidden, hidden, [a](float (&e)[8], int64_t, int) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) e[k] = scaled_by(a, e[k]);
+  });
+}
+
+// target_rows_add's sort keys: each token's target, or V for a token the loss
+// ignores (sorted last, never read), with its row as the value.
+__global__ void target_keys_kernel(LossParams p, int64_t tokens, unsigned* keys, unsigned* rows) {
+  for (int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; row < tokens;
+       row += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t y = target_of(p, row);
+    keys[row] = static_cast<unsigned>(token_scale(p, row, y) == 0.0f ? p.vocab : y);
+    rows[row] = static_cast<unsigned>(row);
+  }
+}
+
+// The tokens sorted by target, rows ascending within a target (a stable sort),
+// in pieces of kAddPiece: target_pieces_kernel sums t_j·x_j over each run of
+// one target in a piece, in token order, in fp32. A target whose tokens all lie
+// in the piece is added to dW and db there; a run that continues into the next
+// piece or from the previous one leaves its sum in the piece's slot (0: the
+// piece's first run, continued from before; 1: its last run, begun here), for
+// target_spans_kernel. So the sums and their order depend only on the targets:
+// deterministic, with no warp's serial work above a piece, however many tokens
+// share a target.
+constexpr int kAddThreads = 256;
+constexpr int64_t kAddPiece = kSm90TargetPiece;
+struct TargetSums {
+  const unsigned *keys, *rows;  // sorted
+  int64_t tokens, hidden;
+  float* part;      // [pieces][2][hidden]
+  float* part_t;    // [pieces][2]: the runs' Σ t_j
+  void* dw;         // [V, hidden]: fp32, or the bf16 output
+  bool dw_fp32;
+  float* db_acc;    // null: no bias
+};
 // Target y's row of dW, columns h … h + 7, in fp32 whichever storage dW has:
 // the one read and one write of it that both kernels below make.
 template <typename T, bool VEC>
@@ -1867,10 +1923,15 @@ __device__ __forceinline__ void store_dw8(const TargetSums& s, unsigned y, int64
 // the X rows of kRunBatch tokens at once and add them in token order.
 // Thousands of warps each wait a round trip or two, where a warp that walked
 // sixteen runs in turn waited sixteen: 112 µs at Mistral-7B N = 1024 (ncu), and
-// the block that walked a piece's tokens in turn 216 µs.
+// the block that walked a piece's tokens in turn 216 µs. Each warp has little in
+// flight (a KiB a trip), so the kernel runs on how many warps an SM holds: four
+// blocks (64 registers, a few spilled in the long-run loop) rather than the
+// three that 80 registers left took 7–9% off it at Mistral-7B and Llama-3-8B
+// N = 8192 (ncu, H200), and issuing the X rows' loads ahead of the target term
+// a round trip less.
 constexpr int kPieceCols = 256, kRunBatch = 8;
 template <typename T, bool VEC>
-__global__ void __launch_bounds__(kAddThreads)
+__global__ void __launch_bounds__(kAddThreads, 4)
     target_pieces_kernel(LossParams p, const float* lse, const float* z_target, const T* x, TargetSums s) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x % 32;
@@ -1914,13 +1975,15 @@ __global__ void __launch_bounds__(kAddThreads)
     const bool on = j < end;
     unsigned r = __shfl_sync(kAll, win_row, static_cast<int>(std::min<int64_t>(j - k + 1, 31)));
     if (on && j - k + 1 > 31) r = s.rows[j];
-    const float t = on ? target_term(p, lse, z_target, r, y) : 0.0f;
+    // The X rows' loads go out first: target_term's loads, and its test of the
+    // token's scale, would otherwise hold them back a round trip.
     Cols8<T> xv[kRunBatch];
 #pragma unroll
     for (int u = 0; u < kRunBatch; ++u) {
       const unsigned ru = __shfl_sync(kAll, r, u);
       xv[u] = j0 + u < end ? load_cols8<T, VEC>(x + int64_t{ru} * s.hidden, h, s.hidden) : Cols8<T>{};
     }
+    const float t = on ? target_term(p, lse, z_target, r, y) : 0.0f;
 #pragma unroll
     for (int u = 0; u < kRunBatch; ++u) {
       const float tu = __shfl_sync(kAll, t, u);
@@ -2278,7 +2341,8 @@ void column_sums(const TileView& v, DType t, float* db_acc, cudaStream_t st, con
 }
 
 // One block a row: the rows of a chunk are a few thousand, each a few thousand
-// elements (hidden), a few MB in all next to the GEMMs' hundreds.
+// elements (hidden), a few MB in all next to the GEMMs' hundreds. A thread 8
+// columns (16-byte loads where the rows allow), a block of up to 256 threads.
 void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, const float* z_target, const void* x,
                     int64_t hidden, void* x_scaled, float* row_scale, const RefPartials& ref, const RowsToScale& after,
                     cudaStream_t st) {
@@ -2286,12 +2350,23 @@ void scaled_dz_rows(const TileView& v, const LossParams& p, const float* lse, co
   if (p.dtype != DType::bf16) fail_usage("the scaled dZ path takes bf16 inputs");
   if (v.rows > 0 && ((ref.pairs == nullptr) != (p.softcap > 0.0f) || (ref.pairs && ref.block_n <= 0)))
     fail_usage("the scaled dZ path takes a softcap or the partials of sampled references");
+  if (after.rows > 0 && after.cols > 0 && after.cols != hidden) fail_usage("scaled_dz_rows: dX's rows and X's differ in width");
   const int64_t blocks = v.rows + (after.cols > 0 ? after.rows : 0);
   if (blocks == 0) return;
   if (blocks > INT32_MAX) fail_usage("scaled_dz_rows: more rows than a grid holds");
-  scaled_dz_rows_kernel<<<static_cast<unsigned>(blocks), 256, 0, st>>>(
-      v, p, lse, z_target, static_cast<const __nv_bfloat16*>(x), hidden, static_cast<__nv_bfloat16*>(x_scaled),
-      row_scale, ref, after);
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(((hidden + 7) / 8 + 31) / 32 * 32, 32, 256));
+  const bool vec = hidden % 8 == 0 && (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(x_scaled) |
+                                       reinterpret_cast<uintptr_t>(after.m) | reinterpret_cast<uintptr_t>(after.w)) %
+                                              16 ==
+                                          0;
+  const auto* xb = static_cast<const __nv_bfloat16*>(x);
+  auto* out = static_cast<__nv_bfloat16*>(x_scaled);
+  if (vec)
+    scaled_dz_rows_kernel<__nv_bfloat16, true>
+        <<<static_cast<unsigned>(blocks), threads, 0, st>>>(v, p, lse, z_target, xb, hidden, out, row_scale, ref, after);
+  else
+    scaled_dz_rows_kernel<__nv_bfloat16, false>
+        <<<static_cast<unsigned>(blocks), threads, 0, st>>>(v, p, lse, z_target, xb, hidden, out, row_scale, ref, after);
   CELTUNE_LAUNCHED();
 }
 

@@ -475,10 +475,10 @@ TEST_CASE("the shipped database answers for each GPU it was tuned on, with this 
   // kernel change without re-tuning makes every shipped entry stale: this fails
   // then, until db/tuned/ is re-tuned and re-exported for each GPU. A GPU set
   // false here has stale rows only: the runtime skips them and borrows another
-  // GPU's of the same arch. The H200's rows are 9c6b5ef8d8bdd3a6's (re-tuned in
-  // the fifty-third session, which had no H100); the H100's are
-  // feb64adb236a6f01's, stale, so an H100 borrows the H200's until its next
-  // re-tune.
+  // GPU's of the same arch. The H200's rows are re-tuned with every kernel
+  // change (docs/results.md names the session and the hash); the H100's are
+  // feb64adb236a6f01's, stale since no H100 has been lent, so an H100 borrows
+  // the H200's until its next re-tune.
   const std::pair<const char*, bool> gpus[] = {{"NVIDIA H100 80GB HBM3", false}, {"NVIDIA H200", true}};
   for (const auto& [gpu, current] : gpus) {
     CAPTURE(gpu);

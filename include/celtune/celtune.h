@@ -75,6 +75,10 @@ typedef struct {
 /* Fills the PyTorch defaults: ignore_index -100, mean, no smoothing, softcap or z-loss. */
 void celtune_loss_defaults(celtune_loss_options* o);
 
+/* On a GPU, x, w, dx and dw must be 16-byte aligned, as cudaMalloc's pointers
+ * are (a slice of a buffer may not be: copy it): the GEMMs read and write their
+ * rows in 16-byte pieces, so a call given one off that grid returns
+ * CELTUNE_ERROR_INVALID_ARGUMENT before it launches anything. */
 typedef struct {
   int64_t tokens, hidden, vocab; /* N, H, V */
   celtune_dtype dtype;

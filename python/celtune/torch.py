@@ -81,6 +81,15 @@ def _context(index: int) -> _lib.Context:
         return ctx
 
 
+def _gemm_operand(t: Tensor) -> Tensor:
+    """t contiguous and, on a GPU, 16-byte aligned: the library's GEMMs (cuBLASLt's
+    and the fused path's TMA) read X and W in 16-byte pieces, and the C API
+    refuses other pointers. A slice of a packed buffer can start anywhere, and
+    F.linear takes it; such an input is copied (fresh allocations are aligned)."""
+    t = t.contiguous()
+    return t.clone() if t.is_cuda and t.data_ptr() % 16 else t
+
+
 def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return None if t is None or t.numel() == 0 else t.data_ptr()
 
@@ -456,7 +465,7 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config, mode)
     a.bias = 1 if bias is not None else None  # its presence, for the check; the pointer is set below
     _check_before_copy(lambda: a, x, w, bias)
-    x, w = x.contiguous(), w.contiguous()
+    x, w = _gemm_operand(x), _gemm_operand(w)
     bias = bias.contiguous() if bias is not None else None
     N, V = x.shape[0], w.shape[0]
     tgt = _kernel_targets(target, ignore_index, V)
@@ -499,7 +508,7 @@ def _upstream(a, grad: Tensor, reduction: int) -> Tensor:
 def _flce_backward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], grad: Tensor, reduction: int,
                    ignore_index: int, label_smoothing: float, softcap: float, z_loss: float,
                    config: Optional[str]) -> tuple[Tensor, Tensor, Tensor]:
-    x, w = x.contiguous(), w.contiguous()
+    x, w = _gemm_operand(x), _gemm_operand(w)
     bias = bias.contiguous() if bias is not None else None
     a = _flce_args(x, w, target, bias, ignore_index, reduction, label_smoothing, softcap, z_loss, config,
                    _lib.FORWARD_BACKWARD)

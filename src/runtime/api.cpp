@@ -517,6 +517,16 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
     if (ctx->cpu) return run_flce_cpu(*ctx->cpu, p, r.config, *args);
 #ifdef CELTUNE_HAVE_CUDA
+    // The GEMMs (cuBLASLt's, and the fused path's TMA) read and write X, W, dX
+    // and dW in 16-byte pieces: a pointer off that grid is refused here, before
+    // any launch, where a GEMM would refuse it part-way through the call or fault.
+    const bool bwd = p.mode == Mode::forward_backward;
+    for (const auto& [ptr, what] : {std::pair{args->x, "x"}, std::pair{args->w, "w"},
+                                    std::pair<const void*, const char*>{bwd ? args->dx : nullptr, "dx"},
+                                    std::pair<const void*, const char*>{bwd ? args->dw : nullptr, "dw"}})
+      if (reinterpret_cast<uintptr_t>(ptr) % 16)
+        fail_usage(std::string("celtune_flce: ") + what + " must be 16-byte aligned on a GPU (its GEMMs read rows "
+                   "in 16-byte pieces): a slice of a buffer can start off that grid; copy it");
     cuda::Args a;
     a.x = args->x, a.w = args->w, a.b = args->bias, a.targets = args->targets;
     a.grad_scale = args->grad_scale, a.grad_tokens = args->grad_tokens;

@@ -281,6 +281,47 @@ def test_backward_scales_the_saved_gradients_in_place(device, dtype):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("config", [None, {"impl": "cublaslt"}], ids=["default", "cublaslt"])
+@pytest.mark.parametrize("shift", [1, 3])
+def test_inputs_off_the_16_byte_grid(device, config, shift):
+    # Slices of packed buffers start wherever the slice does: F.linear and
+    # F.cross_entropy take them, so celtune must too, though TMA and cuBLASLt
+    # read rows in 16-byte pieces. H = 768 takes the fused path's defaults on
+    # Hopper (forward and forward+backward), the other config the cuBLASLt one.
+    N, H, V = 96, 768, 1000
+    g = torch.Generator().manual_seed(5)
+    bx = torch.randn(N * H + shift, generator=g).to(device, torch.bfloat16)
+    bw = (torch.randn(V * H + shift, generator=g) * 0.05).to(device, torch.bfloat16)
+    bz = (torch.randn(N * V + shift, generator=g) * 3).to(device, torch.bfloat16)
+    t = torch.randint(0, V, (N,), generator=g).to(device)
+    x, w = bx[shift:].view(N, H), bw[shift:].view(V, H)
+    assert x.data_ptr() % 16 and w.data_ptr() % 16
+    x.requires_grad_(), w.requires_grad_()
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    ref = F.cross_entropy(F.linear(xr, wr), t)
+    with torch.no_grad():
+        assert rel(ct.linear_cross_entropy(x, w, t, config=config), ref.detach()) < TOL[torch.bfloat16]
+    loss = ct.linear_cross_entropy(x, w, t, config=config)
+    assert rel(loss.detach(), ref.detach()) < TOL[torch.bfloat16]
+    loss.backward()
+    ref.backward()
+    assert rel(x.grad, xr.grad) < 4 * TOL[torch.bfloat16] and rel(w.grad, wr.grad) < 4 * TOL[torch.bfloat16]
+    # ce on logits off the grid (its kernels take a ragged head before their
+    # 16-byte vectors), dZ out of place and in place.
+    zr = bz[shift:].view(N, V).float().requires_grad_()
+    refz = F.cross_entropy(zr, t)
+    refz.backward()
+    for inplace in (False, True):
+        zl = bz.clone().requires_grad_()
+        z = (zl * 1)[shift:].view(N, V)  # computed logits: in place may write over them
+        assert z.data_ptr() % 16
+        lz = ct.cross_entropy(z, t, inplace_backward=inplace)
+        assert rel(lz.detach(), refz.detach()) < TOL[torch.bfloat16]
+        lz.backward()
+        assert rel(zl.grad[shift:].view(N, V), zr.grad) < 4 * TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_upstream_gradient_scales_in_fp32(device, dtype):
     # Mean and sum compute their gradients in the forward with an upstream
@@ -341,6 +382,40 @@ def test_a_padding_batch_over_its_count_leaves_zero_gradients(device, dtype):
     z.grad = None
     (ct.cross_entropy(z * 1, t2, reduction="mean") * float("inf")).backward()
     assert torch.all(z.grad[1::2] == 0) and not torch.isfinite(z.grad[::2]).any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_c_api_refuses_gemm_operands_off_the_16_byte_grid():
+    # The package copies such inputs (_gemm_operand); through the C API each of
+    # X, W, dX and dW off the 16-byte grid is refused by name before any launch:
+    # the outputs keep their poison, and the context's next call runs.
+    from celtune import _lib
+    N, H, V = 16, 64, 128
+    t = torch.randint(0, V, (N,), device="cuda")
+    x = torch.randn(N * H + 8, device="cuda").to(torch.bfloat16)
+    w = torch.randn(V * H + 8, device="cuda").to(torch.bfloat16)
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    one = torch.ones((), device="cuda")
+
+    def call(off, loss):  # element offsets of x, w, dx, dw
+        xs, ws = x[off[0]:off[0] + N * H].view(N, H), w[off[1]:off[1] + V * H].view(V, H)
+        a = ct._flce_args(xs, ws, t, None, -100, 0, 0.0, 0.0, 0.0, None, _lib.FORWARD_BACKWARD)
+        token_loss, lse = torch.empty(N, device="cuda"), torch.empty(N, device="cuda")
+        a.x, a.w, a.targets, a.grad_scale = xs.data_ptr(), ws.data_ptr(), t.data_ptr(), one.data_ptr()
+        a.loss, a.token_loss, a.lse = loss.data_ptr(), token_loss.data_ptr(), lse.data_ptr()
+        a.dx, a.dw = dx[off[2]:].data_ptr(), dw[off[3]:].data_ptr()
+        ct._run(_lib.Context.flce, torch.cuda.current_device(), a)
+
+    for i, name in enumerate(("x", "w", "dx", "dw")):
+        off = [0, 0, 0, 0]
+        off[i] = 1
+        loss = torch.full((), float("nan"), device="cuda")
+        with pytest.raises(ct.CeltuneInvalidArgument, match=f"{name} must be 16-byte aligned"):
+            call(off, loss)
+        assert torch.isnan(loss).item()
+    loss = torch.full((), float("nan"), device="cuda")
+    call([8, 8, 8, 8], loss)  # 16 bytes on: aligned
+    assert torch.isfinite(loss).item()
 
 
 @pytest.mark.parametrize("device", devices())

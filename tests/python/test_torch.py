@@ -1217,3 +1217,49 @@ def test_a_bad_scratch_budget_is_refused_with_its_reason(monkeypatch, value):
     monkeypatch.setenv("CELTUNE_MAX_SCRATCH", "256MiB")
     loss = ct.linear_cross_entropy(x.detach(), w.detach(), t)  # once fixed, the next call creates it
     assert rel(loss, F.cross_entropy(F.linear(x.detach(), w.detach()), t)) < 2e-5
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_tensors_on_a_device_other_than_the_current_one():
+    # Model-parallel code keeps the loss's tensors on a GPU other than the
+    # current one. Each call must run on its tensors' device (that device's
+    # context, scratch and current stream), give there what it gives on the
+    # current device (bit for bit: the same kernels on the same GPU type), and
+    # leave the current device as it was; a bad target is that device's to
+    # report.
+    prev = torch.cuda.current_device()
+    torch.cuda.set_device(0)
+    try:
+        got = {}
+        for dev in ("cuda:1", "cuda:0", "cuda:1"):
+            # H = 768, N = 600: the fused path's defaults on Hopper in both modes.
+            x, w, b, t = make(dev, torch.bfloat16, N=600, H=768, V=1000, bias=True, seed=7)
+            with torch.no_grad():
+                fwd = ct.linear_cross_entropy(x, w, t, b)
+            loss = ct.linear_cross_entropy(x, w, t, b, reduction="sum")
+            loss.backward()
+            z = (torch.randn(300, 5003, generator=torch.Generator().manual_seed(8)) * 3).to(dev, torch.bfloat16)
+            z.requires_grad_()
+            lz = ct.cross_entropy(z, t[:300] * 5, label_smoothing=0.1)
+            lz.backward()
+            assert torch.cuda.current_device() == 0
+            outs = (fwd, loss, x.grad, w.grad, b.grad, lz, z.grad)
+            assert all(o.device == torch.device(dev) for o in outs)
+            got.setdefault(dev, []).append([o.detach().cpu() for o in outs])
+        ref = F.cross_entropy(F.linear(x.detach().float(), w.detach().float(), b.detach().float()), t)
+        assert rel(got["cuda:1"][0][0], ref.cpu()) < TOL[torch.bfloat16]
+        for a, c in zip(got["cuda:1"][0], got["cuda:0"][0]):
+            assert torch.equal(a, c)
+        for a, c in zip(got["cuda:1"][0], got["cuda:1"][1]):
+            assert torch.equal(a, c)
+        # A bad target on cuda:1 (async: read later) is cuda:1's, not cuda:0's.
+        x, w, _, t = make("cuda:1", torch.bfloat16, N=600, H=768, V=1000, seed=9)
+        bad = t.clone()
+        bad[2] = 9999
+        ct.linear_cross_entropy(x, w, bad)
+        ct.check_targets("cuda:0")
+        with pytest.raises(ct.CeltuneInvalidArgument, match="target 9999 at token 2"):
+            ct.check_targets("cuda:1")
+        assert torch.cuda.current_device() == 0
+    finally:
+        torch.cuda.set_device(prev)

@@ -518,8 +518,9 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
     if (ctx->cpu) return run_flce_cpu(*ctx->cpu, p, r.config, *args);
 #ifdef CELTUNE_HAVE_CUDA
     // The GEMMs (cuBLASLt's, and the fused path's TMA) read and write X, W, dX
-    // and dW in 16-byte pieces: a pointer off that grid is refused here, before
-    // any launch, where a GEMM would refuse it part-way through the call or fault.
+    // and dW in 16-byte pieces: a pointer off that grid is refused here, by name,
+    // before any launch. Before, the call failed part-way through, at the first
+    // GEMM: TMA's check, or cuBLASLt's bare "error 15" (not supported).
     const bool bwd = p.mode == Mode::forward_backward;
     for (const auto& [ptr, what] : {std::pair{args->x, "x"}, std::pair{args->w, "w"},
                                     std::pair<const void*, const char*>{bwd ? args->dx : nullptr, "dx"},

@@ -521,13 +521,13 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
     // and dW in 16-byte pieces: a pointer off that grid is refused here, by name,
     // before any launch. Before, the call failed part-way through, at the first
     // GEMM: TMA's check, or cuBLASLt's bare "error 15" (not supported).
-    const bool bwd = p.mode == Mode::forward_backward;
-    for (const auto& [ptr, what] : {std::pair{args->x, "x"}, std::pair{args->w, "w"},
-                                    std::pair<const void*, const char*>{bwd ? args->dx : nullptr, "dx"},
-                                    std::pair<const void*, const char*>{bwd ? args->dw : nullptr, "dw"}})
+    auto aligned = [](const void* ptr, const char* what) {
       if (reinterpret_cast<uintptr_t>(ptr) % 16)
         fail_usage(std::string("celtune_flce: ") + what + " must be 16-byte aligned on a GPU (its GEMMs read rows "
                    "in 16-byte pieces): a slice of a buffer can start off that grid; copy it");
+    };
+    aligned(args->x, "x"), aligned(args->w, "w");
+    if (p.mode == Mode::forward_backward) aligned(args->dx, "dx"), aligned(args->dw, "dw");
     cuda::Args a;
     a.x = args->x, a.w = args->w, a.b = args->bias, a.targets = args->targets;
     a.grad_scale = args->grad_scale, a.grad_tokens = args->grad_tokens;

@@ -103,8 +103,14 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0, size_t budg
   };
   constexpr int64_t kLeanWorkspaceMib = 0;
   int64_t rc = fit(rc0, KernelConfig::kDefaultWorkspaceMib);
-  const int64_t lean_rc = fit(room(kLeanWorkspaceMib) / (tile_row + part_row), kLeanWorkspaceMib);
-  if (chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{1024} * 2304) {
+  // Without the workspace: where not even a cluster of rows fits (a vocabulary
+  // of millions, or a small CELTUNE_MAX_SCRATCH) there is no lean choice; fit
+  // then gave 0 rows, and chunks(0) divided by zero (SIGFPE in lookup, tune and
+  // the C API at N = 256, H = 4096, V = 3550273: a helper's probe, sixty-second
+  // session).
+  const int64_t lean_start = room(kLeanWorkspaceMib) / (tile_row + part_row);
+  const int64_t lean_rc = lean_start >= cluster_rows ? fit(lean_start, kLeanWorkspaceMib) : 0;
+  if (lean_rc > 0 && chunks(lean_rc) < chunks(rc) && lean_rc * p.hidden >= int64_t{1024} * 2304) {
     rc = lean_rc;
     f.workspace_mib = kLeanWorkspaceMib;
   }

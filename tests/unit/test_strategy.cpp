@@ -504,6 +504,31 @@ TEST_CASE("the device default within 256 MiB (CELTUNE_MAX_SCRATCH): the fused ch
   CHECK(default_config(g, k256).row_chunk == 384);
 }
 
+TEST_CASE("the fused seeds where no cluster of rows fits without the workspace: no lean choice, no crash") {
+  // Not a cluster of full-vocabulary tile rows within the budget less the
+  // workspace: the lean choice's row count came out 0, and the seed divided by
+  // it (SIGFPE at N = 256, H = 4096, V = 3550273 in lookup, tune and the C API;
+  // a helper's probe, sixty-second session). The seeds and the device default
+  // must still come out, beside the workspace.
+  auto yes = [](const KernelConfig&) { return true; };
+  for (const auto& [n, h, v] : {std::tuple{256, 4096, 3550273}, std::tuple{256, 4096, 16777216},
+                                std::tuple{265, 17293, 8085932}, std::tuple{296, 5, 14674644}})
+    for (const Mode mode : {Mode::forward_backward, Mode::forward})
+      for (const size_t budget : {kDefaultScratchBudget, size_t{64} << 20}) {
+        Problem p;
+        p.family = Family::flce, p.tokens = n, p.hidden = h, p.vocab = v, p.mode = mode;
+        CAPTURE(p.key());
+        CAPTURE(budget);
+        const SearchSpace s = flce_space(p);
+        CHECK(s.seeds.size() == (mode == Mode::forward ? 2u : 4u));
+        if (mode == Mode::forward_backward) {
+          CHECK(s.seeds[1].workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+          CHECK(flce_fused_forward_backward(p, budget).workspace_mib == KernelConfig::kDefaultWorkspaceMib);
+        }
+        CHECK(device_default(p, yes, budget).block_size > 0);
+      }
+}
+
 #ifdef CELTUNE_HAVE_CUDA
 // The CUDA layout's own size (kernels/flce/flce.cu; its header needs the CUDA
 // headers, which this test does not build against). Host arithmetic only: no

@@ -41,7 +41,7 @@ struct RowState {
   float m = -std::numeric_limits<float>::infinity();  // running max of ẑ
   float d = 0.0f;                                      // Σ exp(ẑ − m)
   float z_target = 0.0f;                               // ẑ at the target
-  float z_sum = 0.0f;                                  // Σ ẑ (label smoothing)
+  double z_sum = 0.0;  // Σ ẑ (label smoothing); fp32 overflowed beside logits near 3e38
 };
 
 // (m1,d1) ⊕ (m2,d2), flce-math.md step 3. Guarded so that two empty partials
@@ -189,14 +189,20 @@ class Runner {
   void finish_rows(int64_t r0, int64_t rows, HostOutputs& out) {
     for (int64_t r = 0; r < rows; ++r) {
       const RowState& st = state_[static_cast<size_t>(r)];
-      const float L = st.m + std::log(st.d);
+      const float log_d = std::log(st.d);
+      const float L = st.m + log_d;
       lse_[static_cast<size_t>(r)] = L;
       out.lse[static_cast<size_t>(r0 + r)] = L;
       const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
       float loss = 0.0f;
       if (y != p_.loss.ignore_index) {  // no smoothing: its term left out, not 0·(−inf) at a −inf logit
-        const float smooth = eps_ > 0 ? eps_ * (L - st.z_sum / static_cast<float>(V_)) : 0.0f;
-        loss = (1 - eps_) * (L - st.z_target) + smooth + lam_ * L * L;
+        // m and log d apart, as PyTorch's log_softmax keeps them: L − ẑ_y
+        // carried L's rounding, half an ulp of |L|, into every loss (5% of it
+        // with logits near 1e7, all of it near 3e38: a helper's probe,
+        // sixty-second session).
+        const float smooth =
+            eps_ > 0 ? eps_ * (static_cast<float>(st.m - st.z_sum / static_cast<double>(V_)) + log_d) : 0.0f;
+        loss = (1 - eps_) * ((st.m - st.z_target) + log_d) + smooth + lam_ * L * L;
       }
       out.token_loss[static_cast<size_t>(r0 + r)] = loss;
       scale_[static_cast<size_t>(r)] = static_cast<float>(token_grad_scale(p_, in_, r0 + r));
@@ -205,6 +211,10 @@ class Runner {
 
   // Overwrites the tile with dZ (rounded to the dtype). The target term is formed
   // in fp32 before rounding: rounding p first would lose confident tokens' gradient.
+  // p = exp(ẑ − m) / d, not exp(ẑ − L): L's rounding moved every p by up to
+  // half an ulp of |L| relatively. The z-loss term 2λL·p joins after p − (1 − ε):
+  // (1 + 2λL)·p rounded 2λL to an ulp of 1 first (5% of the gradient at V = 1,
+  // λ = 1e-6), the helper's probe above.
   void tile_to_dz(int64_t r0, int64_t rows, int64_t v0, int64_t cols) {
     const float inv_v = 1.0f / static_cast<float>(V_);
 #pragma omp parallel for schedule(static)
@@ -215,12 +225,14 @@ class Runner {
         std::fill(t, t + cols, 0.0f);
         continue;
       }
-      const float L = lse_[static_cast<size_t>(r)];
+      const RowState& st = state_[static_cast<size_t>(r)];
+      const float z_scale = 2 * lam_ * lse_[static_cast<size_t>(r)];
       const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
       for (int64_t j = 0; j < cols; ++j) {
         const float z = softcap(t[j], s_);
-        float g = (1 + 2 * lam_ * L) * std::exp(z - L) - eps_ * inv_v;
-        if (v0 + j == y) g -= (1 - eps_);
+        const float prob = std::exp(z - st.m) / st.d;
+        float g = v0 + j == y ? prob - (1 - eps_) : prob;
+        g = g - eps_ * inv_v + z_scale * prob;
         t[j] = round_to(p_.dtype, c * g * softcap_slope(t[j], s_));
       }
     }

@@ -32,15 +32,19 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
   }
   double d = 0.0;
   for (int64_t j = 0; j < V; ++j) d += std::exp(zh[static_cast<size_t>(j)] - m);
-  const double L = nan ? std::numeric_limits<double>::quiet_NaN() : m + std::log(d) + lse_offset;  // step 3
+  // Step 3, with L − m kept apart from m, as log_softmax keeps them: L rounded
+  // to one double lost log d entirely beside logits near 3e38 (every loss and
+  // gradient 0; a helper's probe, sixty-second session).
+  const double ld = nan ? std::numeric_limits<double>::quiet_NaN() : std::log(d) + lse_offset;
+  const double L = m + ld;
   *lse_out = L;
   const bool valid = target != p.loss.ignore_index;
   double loss = 0.0;
   if (valid) {  // step 4
     // No smoothing: its term left out, not 0·(−inf) where a logit is −inf
     // (PyTorch computes it only for a smoothing above 0).
-    const double smooth = eps > 0 ? eps * (L - zsum / static_cast<double>(V)) : 0.0;
-    loss = (1 - eps) * (L - zh[static_cast<size_t>(target)]) + smooth + lam * L * L;
+    const double smooth = eps > 0 ? eps * ((m - zsum / static_cast<double>(V)) + ld) : 0.0;
+    loss = (1 - eps) * ((m - zh[static_cast<size_t>(target)]) + ld) + smooth + lam * L * L;
   }
   if (dz) {
     for (int64_t j = 0; j < V; ++j) {
@@ -49,9 +53,8 @@ double ce_row(const Problem& p, const double* z, int64_t target, double scale, d
         continue;
       }
       const double zj = zh[static_cast<size_t>(j)];
-      const double pj = std::exp(zj - L);
-      double g = (1 + 2 * lam * L) * pj - eps / static_cast<double>(V);
-      if (j == target) g -= (1 - eps);
+      const double pj = std::exp((zj - m) - ld);
+      double g = (j == target ? pj - (1 - eps) : pj) - eps / static_cast<double>(V) + 2 * lam * L * pj;
       // 1 − (ẑ/s)² as 1/cosh²(z/s), which does not cancel where the softcap
       // saturates (cosh overflows to inf, and the factor to 0, past |z/s| ≈ 710).
       const double ch = s > 0 ? std::cosh(z[j] / s) : 1.0, cap = 1.0 / (ch * ch);

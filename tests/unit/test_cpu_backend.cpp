@@ -171,6 +171,51 @@ TEST_CASE("a -inf logit (a masked column): PyTorch's finite loss without smoothi
     }
 }
 
+// Relative L2 distance of a kernel's outputs from fp64's.
+static double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += want[i] * want[i];
+  return std::sqrt(num / den);
+}
+
+TEST_CASE("large logits and the z-loss keep fp32's precision: m and log d apart, 2λL·p after p − 1") {
+  // L = m + log d as one fp32 number moved every loss by half an ulp of |L|
+  // and every p relatively (logits near 1e7: 5% of the loss; near 3e38 a loss
+  // of 0, and the fp64 reference's too), and (1 + 2λL)·p rounded the z-loss
+  // term to an ulp of 1 first (5% of the gradient at V = 1, λ = 1e-6): a
+  // helper's probe, sixty-second session. PyTorch's fp32 keeps all of these
+  // within a few 1e-8.
+  for (double offset : {1e6, 1e7, 3e38})
+    for (int64_t v_chunk : {int64_t{0}, int64_t{256}})  // one pass, and chunks merged online
+      for (double eps : {0.0, 0.1}) {
+        CAPTURE(offset);
+        CAPTURE(v_chunk);
+        CAPTURE(eps);
+        Problem p;
+        p.family = Family::ce, p.tokens = 16, p.hidden = 0, p.vocab = 1000, p.dtype = DType::fp32;
+        p.mode = Mode::forward_backward, p.loss.label_smoothing = eps;
+        HostCase in = make_case(p, CaseSpec{.seed = 5, .logit_scale = 1.0, .ignore_fraction = 0.0});
+        for (float& z : in.logits) z = static_cast<float>(z + offset);  // the inputs themselves are fp32
+        KernelConfig c;
+        c.block_size = 128, c.v_chunk = v_chunk;
+        const HostOutputs out = cpu::run(p, c, in);
+        const RefOutputs ref = reference::run(p, in);
+        CHECK(rel_l2(out.token_loss, ref.token_loss) < 1e-6);
+        CHECK(rel_l2(out.grad_logits, ref.grad_logits) < 1e-6);
+      }
+  for (double lambda : {1e-6, 1e-4}) {
+    CAPTURE(lambda);
+    Problem p;
+    p.family = Family::ce, p.tokens = 64, p.hidden = 0, p.vocab = 1, p.dtype = DType::fp32;
+    p.mode = Mode::forward_backward, p.loss.z_loss = lambda;
+    const HostCase in = make_case(p, CaseSpec{.seed = 6, .ignore_fraction = 0.0});  // V = 1: p = 1, dZ = 2λz·c
+    KernelConfig c;
+    c.block_size = 128;
+    const HostOutputs out = cpu::run(p, c, in);
+    CHECK(rel_l2(out.grad_logits, reference::run(p, in).grad_logits) < 1e-6);
+  }
+}
+
 TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, never a silent substitute") {
   auto backend = cpu::make_backend();
   const auto small = default_matrix(11);

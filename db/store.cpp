@@ -496,6 +496,13 @@ void require_integrity(sqlite3* db, const std::string& path, const char* then) {
 void Store::check_structure() const {
   require_integrity(db_, path_,
                     "nothing was written to it. Restore it from a copy or an export, or tune into a new file");
+  // The schema has no triggers: one added by hand runs inside our writes (an
+  // AFTER INSERT ON best that deleted every measurement let an import exit 0
+  // with all 489 gone; a helper's probe, sixty-second session).
+  Stmt t(db_, path_, "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name LIMIT 1");
+  if (t.step())
+    fail_env("database " + path_ + " holds a trigger celtune did not create ('" + printable_message(t.text(0).substr(0, 64), false) +
+             "'), which a write would run; nothing was written to it. Export its rows into a new file");
 }
 
 void Store::check_sound() const {
@@ -546,12 +553,34 @@ void Store::commit() {
   }
 }
 
+namespace {
+// The cuBLASLt version number a record's text stands for (13.1.0: 130100), or 0
+// where the text is no such version (the CPU's, or none).
+int64_t cublaslt_number(const std::string& text) {
+  unsigned major = 0, minor = 0, patch = 0;
+  char tail = 0;
+  if (text.size() > 32 || std::sscanf(text.c_str(), "%u.%u.%u%c", &major, &minor, &patch, &tail) != 3 ||
+      minor > 99 || patch > 99 || major > 9999)
+    return 0;
+  return int64_t{major} * 10000 + minor * 100 + patch;
+}
+}  // namespace
+
 int64_t Store::device_id(const DeviceInfo& d) {
+  // A device row is keyed by the version text; its number is what the runtime
+  // compares pinned GEMM algorithms with. A record without the number (an older
+  // export's, read as 0) took the row first, and a best row pinned to 130100 on
+  // the same device was then "algos INVALID", and export and merge refused the
+  // database (a helper's probe, sixty-second session): the number now comes
+  // from the text where the record has none (check_identity has the two agree
+  // where it has one), and a row stored without it is given it.
+  const int64_t version = d.cublaslt_version > 0 ? d.cublaslt_version : cublaslt_number(d.cublaslt);
   Stmt ins(db_, path_,
            "INSERT INTO devices (name, arch, sm_count, memory_bytes, driver, runtime, cublaslt, cublaslt_version) "
-           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO NOTHING");
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO UPDATE SET cublaslt_version = excluded.cublaslt_version "
+           "WHERE cublaslt_version = 0 AND excluded.cublaslt_version > 0");
   ins.bind(1, d.name).bind(2, d.arch).bind(3, d.sm_count).bind(4, d.memory_bytes).bind(5, d.driver);
-  ins.bind(6, d.runtime).bind(7, d.cublaslt).bind(8, d.cublaslt_version);
+  ins.bind(6, d.runtime).bind(7, d.cublaslt).bind(8, version);
   ins.step();
   Stmt sel(db_, path_,
            "SELECT id FROM devices WHERE name = ?1 AND arch = ?2 AND sm_count = ?3 AND memory_bytes = ?4 "
@@ -957,13 +986,16 @@ namespace {
 // A record that would poison the database: a median of 0 or -1 wins every later
 // import and merge, and a config the kernels refuse would be served at run time.
 // Failed measurements carry a reason and no timing (check_record).
+// A call's time as a record may hold it: at most 1e7 ms (almost three hours; a
+// median of 1e300 ms was imported, printed as 300 digits and plotted at the
+// axis' origin), and at least 1e-4 ms, under any launch or call through a
+// backend (a median of 1e-300 ms imported, and would have won every merge
+// against sound rows of the same kernels; a helper's probe, sixty-second session).
+bool time_in_range(double ms) { return std::isfinite(ms) && ms >= 1e-4 && ms <= 1e7; }
+
 void check_stats(const Stats& t) {
-  // At most 1e7 ms (almost three hours) a call: a median of 1e300 ms was
-  // imported, printed as 300 digits and plotted at the axis' origin.
-  constexpr double kMaxMs = 1e7;
-  auto positive = [](double v) { return std::isfinite(v) && v > 0 && v <= kMaxMs; };
-  if (!positive(t.median_ms) || !positive(t.p20_ms) || !positive(t.p80_ms))
-    fail_usage("times must be positive and at most 1e7 ms (median " + format_double(t.median_ms) + ", p20 " +
+  if (!time_in_range(t.median_ms) || !time_in_range(t.p20_ms) || !time_in_range(t.p80_ms))
+    fail_usage("times must be within [1e-4, 1e7] ms (median " + format_double(t.median_ms) + ", p20 " +
                format_double(t.p20_ms) + ", p80 " + format_double(t.p80_ms) + ")");
   if (!(t.p20_ms <= t.median_ms && t.median_ms <= t.p80_ms))
     fail_usage("p20 ≤ median ≤ p80 does not hold (" + format_double(t.p20_ms) + ", " + format_double(t.median_ms) +
@@ -1091,7 +1123,10 @@ void check_record(const BestEntry& b) {
   validate_config(b.problem, b.config);
   check_runs_on(b.device, b.config);
   check_stats(b.stats);
-  if (!std::isfinite(b.default_ms) || b.default_ms <= 0) fail_usage("default_ms must be finite and > 0");
+  // The default's time is a time like the others: 1e308 imported, and `db list`
+  // printed its speedup as 63 digits.
+  if (!time_in_range(b.default_ms))
+    fail_usage("default_ms must be within [1e-4, 1e7] ms, got " + format_double(b.default_ms));
   // speedup = default / best: positive and finite (∞ exported as null, which the
   // import then refused; −5 was printed as "−5.00x over default"), and tune
   // stores exactly that quotient of the two medians of one interleaved round

@@ -67,9 +67,14 @@ void Table::print_csv(std::ostream& out) const {
 }
 
 std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
+  // Sized by a first pass: a 64-byte buffer cut a 1e62 speedup to its first 63
+  // digits, silently, and dropped the "x" after them.
+  const int n = std::snprintf(nullptr, 0, format, v);
+  if (n < 0) return "?";  // an encoding error: not with the formats we pass
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), format, v);
+  out.resize(static_cast<size_t>(n));
+  return out;
 }
 
 std::string counted(size_t n, const std::string& one, const std::string& many) {

@@ -377,6 +377,52 @@ TEST_CASE("store: a row's tuned cuBLASLt algorithms must be its own device's ver
   CHECK(export_text(s) == before);
 }
 
+TEST_CASE("store: a record without the cuBLASLt number takes it from the text; a pinned best row stays valid") {
+  // A measurement without cublaslt_version (an older export's, read as 0)
+  // created the device row first; a best row pinned to the same device's
+  // 130000 was then "algos INVALID", and export and merge refused the database
+  // (a helper's probe, sixty-second session).
+  TempDir t;
+  const DeviceInfo d = fictional();  // cuBLASLt "13.0.0", 130000
+  DeviceInfo old = d;
+  old.cublaslt_version = 0;
+  db::BestEntry b = best(d, 4096, 2.0, 256);
+  b.config.gemm_algos = {std::string(128, '0'), "", ""};
+  b.config.gemm_algos_cublaslt = d.cublaslt_version;
+  for (bool stored_first : {true, false}) {  // the bare row there before, or made by this write
+    CAPTURE(stored_first);
+    const std::string path = t.file(stored_first ? "first.sqlite" : "together.sqlite");
+    db::Store s(path, db::Access::read_write);
+    if (stored_first) edit_raw(path, "INSERT INTO devices (name, arch, sm_count, memory_bytes, driver, runtime, "
+                                     "cublaslt, cublaslt_version) VALUES ('GTX fictional', 'sm_90', 132, "
+                                     "85899345920, '580.1', '13.0', '13.0.0', 0)");
+    s.add_measurement(meas(old, 4096, 256));
+    s.put_best(b);
+    const auto rows = s.best_entries();
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].device.cublaslt_version == 130000);
+    CHECK_NOTHROW(export_text(s));
+  }
+}
+
+TEST_CASE("store: times, the default's included, within [1e-4, 1e7] ms") {
+  const DeviceInfo d = fictional();
+  for (double ms : {1e-5, 2e7, 1e308}) {
+    CAPTURE(ms);
+    db::BestEntry b = best(d, 4096, 2.0, 256);
+    b.default_ms = ms, b.speedup = ms / b.stats.median_ms;
+    CHECK_THROWS_WITH_AS(db::check_record(b), doctest::Contains("default_ms must be within"), Error);
+    b = best(d, 4096, ms, 256);
+    b.default_ms = 2.0, b.speedup = 2.0 / ms;
+    CHECK_THROWS_WITH_AS(db::check_record(b), doctest::Contains("times must be within"), Error);
+  }
+  db::BestEntry b = best(d, 4096, 1e-4, 256);
+  b.stats.p20_ms = b.stats.median_ms;
+  b.stats.spread = (b.stats.p80_ms - b.stats.p20_ms) / b.stats.median_ms;
+  b.default_ms = 1e7, b.speedup = 1e7 / 1e-4;
+  CHECK_NOTHROW(db::check_record(b));
+}
+
 TEST_CASE("store: import refuses a kernel hash that is not hex and a failure without a reason") {
   const DeviceInfo d = fictional();
   db::BestEntry b = best(d, 4096, 10.0, 2048);
@@ -498,6 +544,21 @@ TEST_CASE("store: damaged, foreign and newer databases are refused with an envir
   CHECK(edit_raw(t.file("text.sqlite"), "UPDATE best SET median_ms = 'fast'") == SQLITE_OK);
   db::Store s(t.file("text.sqlite"), db::Access::read_only);
   CHECK_THROWS_WITH_AS(s.best_entries(), doctest::Contains("median_ms holds text"), Error);
+}
+
+TEST_CASE("store: a writer refuses a database holding a trigger, and leaves the file as it was") {
+  // The schema has none; one added by hand ran inside an import, which exited 0
+  // with every measurement deleted (a helper's probe, sixty-second session).
+  TempDir t;
+  {
+    db::Store s(t.file("trig.sqlite"), db::Access::read_write);
+    s.add_measurement(meas(fictional(), 4096, 256));
+  }
+  REQUIRE(edit_raw(t.file("trig.sqlite"),
+                   "CREATE TRIGGER wipe AFTER INSERT ON best BEGIN DELETE FROM measurements; END") == SQLITE_OK);
+  check_write_refused(t.file("trig.sqlite"), "trigger");
+  db::Store r(t.file("trig.sqlite"), db::Access::read_only);  // readers run no trigger
+  CHECK(r.measurements().size() == 1);
 }
 
 TEST_CASE("store: a writer refuses a database whose pages are damaged, and leaves the file as it was") {

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import inspect
 import json
 import math
@@ -94,17 +95,25 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return None if t is None or t.numel() == 0 else t.data_ptr()
 
 
-def _run(fn, index: int, args) -> None:
+def _run(fn, index: int, args, check: bool = False) -> str:
     """Runs a C API call on the right device and stream, after reading the
-    target flags of earlier calls there that the GPU has passed (_settle)."""
+    target flags of earlier calls there that the GPU has passed (_settle).
+    check: the call's own targets are to be checked; returns how (_check_mode),
+    decided before anything runs, so that a bad setting leaves nothing half done.
+    One device switch and one capture query serve both: a call's host time
+    before its first launch is an idle GPU's wait (scripts/probe/idle_latency.py)."""
+    mode = _check_setting() if check else "off"
     ctx = _context(index)
     if index < 0:
         fn(ctx, args, 0)
-        return
+        return "sync" if mode == "async" else mode  # the CPU checks at the call: it costs nothing there
     with torch.cuda.device(index):
-        if not torch.cuda.is_current_stream_capturing():  # an event query would break a capture
+        capturing = torch.cuda.is_current_stream_capturing()
+        mode = _check_mode(mode, capturing)
+        if not capturing:  # an event query would break a capture
             _settle(index, wait=False)
-        fn(ctx, args, torch.cuda.current_stream(index).cuda_stream)
+        fn(ctx, args, torch._C._cuda_getCurrentRawStream(index))
+    return mode
 
 
 # ---- target checks --------------------------------------------------------------
@@ -127,17 +136,19 @@ _CHECK_MODES = {"": "async", "async": "async", "sync": "sync", "1": "sync", "0":
 _MAX_PENDING = 8
 
 
-def _check_mode(device: torch.device) -> str:
-    """The target check for a call on device: async, sync or off. Called before
-    the kernels run, so that a bad setting leaves nothing half done."""
+def _check_setting() -> str:
+    """CELTUNE_CHECK_TARGETS as a mode: async, sync or off."""
     value = os.environ.get("CELTUNE_CHECK_TARGETS", "async")
     mode = _CHECK_MODES.get(value.strip().lower())
     if mode is None:
         raise CeltuneInvalidArgument(f"celtune: CELTUNE_CHECK_TARGETS is {value!r}; expected async (the "
                                      f"default), sync (or 1), or 0 (or off: no check)")
-    if device.type != "cuda":
-        return "sync" if mode == "async" else mode
-    if mode != "off" and _capturing(device.index):
+    return mode
+
+
+def _check_mode(mode: str, capturing: bool) -> str:
+    """The target check for a call on a GPU whose stream is (or is not) being captured."""
+    if mode != "off" and capturing:
         if mode == "sync":
             raise CeltuneInvalidArgument("celtune: CELTUNE_CHECK_TARGETS=sync reads a flag at every call, which "
                                          "a CUDA graph capture cannot; use async (nothing is checked inside "
@@ -262,7 +273,7 @@ def _bad_target_error(target: Optional[Tensor], i: int, vocab: int, ignore_index
 
 
 def _raise_bad_target(mode: str, bad: Tensor, target: Tensor, vocab: int, ignore_index: int) -> None:
-    # mode: _check_mode's, taken before the call. `target` and `ignore_index`
+    # mode: _run's, decided before the call. `target` and `ignore_index`
     # are the caller's, not _kernel_targets' (the message names what the caller
     # passed).
     if mode == "async":
@@ -479,8 +490,7 @@ def _flce_forward(x: Tensor, w: Tensor, target: Tensor, bias: Optional[Tensor], 
     a.grad_scale = _ptr(one)
     a.loss, a.token_loss, a.lse = _ptr(loss), _ptr(token_loss), _ptr(lse)
     a.dx, a.dw, a.db, a.bad_target = _ptr(dx), _ptr(dw), _ptr(db), _ptr(bad)
-    check = _check_mode(x.device)
-    _run(_lib.Context.flce, _device_index(x.device), a)
+    check = _run(_lib.Context.flce, _device_index(x.device), a, check=True)
     _raise_bad_target(check, bad, target, V, ignore_index)
     return loss, token_loss, lse, dx, dw, db
 
@@ -648,8 +658,7 @@ def _ce_call(logits, target, dz, upstream, ignore_index, reduction, label_smooth
     a.grad_scale = _ptr(one)
     g = _upstream(a, *upstream) if upstream is not None else None
     a.loss, a.token_loss, a.lse, a.bad_target = _ptr(loss), _ptr(token_loss), _ptr(lse), _ptr(bad)
-    check = _check_mode(logits.device) if upstream is None else "off"
-    _run(_lib.Context.ce, _device_index(logits.device), a)
+    check = _run(_lib.Context.ce, _device_index(logits.device), a, check=upstream is None)
     _raise_bad_target(check, bad, target, V, ignore_index)
     return loss, token_loss, lse
 
@@ -893,7 +902,7 @@ def _target_rows(target: Tensor, lead, rows: int, what: str) -> Tensor:
     if target.dim() != 1 and tuple(target.shape) != tuple(lead):
         raise CeltuneInvalidArgument(f"celtune: target must have the input's leading shape {tuple(lead)} or be "
                                      f"flat [{rows}], got {tuple(target.shape)}")
-    return target.reshape(-1)
+    return target if target.dim() == 1 else target.reshape(-1)
 
 
 # The library's size rule (src/model/problem.hpp, kMaxTensorBytes): each tensor a
@@ -908,6 +917,8 @@ def _flatten(t: Tensor, cols: int, what: str) -> Tensor:
     RuntimeError, before any check of ours had run (_check_before_copy catches
     the views that flatten without a copy). Within the rule, memory that is not
     there is the allocator's to refuse, as for any tensor."""
+    if t.dim() == 2:  # already [rows, cols]
+        return t
     try:
         return t.view(-1, cols)
     except RuntimeError:
@@ -997,7 +1008,11 @@ def linear_cross_entropy(input: Tensor, weight: Tensor, target: Tensor, bias: Op
         return _no_tokens(torch.nn.functional.linear(x, weight, bias), red, target.shape)
     with_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                              (bias is not None and bias.requires_grad))
-    with torch.autocast(x.device.type, enabled=False):
+    # Autocast off inside, where it is on (entering its context where it is
+    # off cost host time before the first launch, an idle GPU's wait).
+    off = torch.autocast(x.device.type, enabled=False) if torch.is_autocast_enabled(x.device.type) \
+        else contextlib.nullcontext()
+    with off:
         loss, token_loss = _LinearCrossEntropy.apply(x, weight, tgt, bias, ign, red, *opts, with_grad)
     return token_loss.view(target.shape) if red == _lib.NONE else loss
 

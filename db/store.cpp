@@ -501,7 +501,8 @@ void Store::check_structure() const {
   // with all 489 gone; a helper's probe, sixty-second session).
   Stmt t(db_, path_, "SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name LIMIT 1");
   if (t.step())
-    fail_env("database " + path_ + " holds a trigger celtune did not create ('" + printable_message(t.text(0).substr(0, 64), false) +
+    fail_env("database " + path_ + " holds a trigger celtune did not create ('" +
+             printable_message(t.text(0).substr(0, 64), false) +
              "'), which a write would run; nothing was written to it. Export its rows into a new file");
 }
 
@@ -577,7 +578,8 @@ int64_t Store::device_id(const DeviceInfo& d) {
   const int64_t version = d.cublaslt_version > 0 ? d.cublaslt_version : cublaslt_number(d.cublaslt);
   Stmt ins(db_, path_,
            "INSERT INTO devices (name, arch, sm_count, memory_bytes, driver, runtime, cublaslt, cublaslt_version) "
-           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT DO UPDATE SET cublaslt_version = excluded.cublaslt_version "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+           "ON CONFLICT DO UPDATE SET cublaslt_version = excluded.cublaslt_version "
            "WHERE cublaslt_version = 0 AND excluded.cublaslt_version > 0");
   ins.bind(1, d.name).bind(2, d.arch).bind(3, d.sm_count).bind(4, d.memory_bytes).bind(5, d.driver);
   ins.bind(6, d.runtime).bind(7, d.cublaslt).bind(8, version);
@@ -983,9 +985,6 @@ ExportReport export_jsonl(const Store& s, std::ostream& out, bool skip_damaged) 
 }
 
 namespace {
-// A record that would poison the database: a median of 0 or -1 wins every later
-// import and merge, and a config the kernels refuse would be served at run time.
-// Failed measurements carry a reason and no timing (check_record).
 // A call's time as a record may hold it: at most 1e7 ms (almost three hours; a
 // median of 1e300 ms was imported, printed as 300 digits and plotted at the
 // axis' origin), and at least 1e-4 ms, under any launch or call through a
@@ -993,6 +992,9 @@ namespace {
 // against sound rows of the same kernels; a helper's probe, sixty-second session).
 bool time_in_range(double ms) { return std::isfinite(ms) && ms >= 1e-4 && ms <= 1e7; }
 
+// A record that would poison the database: a median of 0 or -1 wins every later
+// import and merge, and a config the kernels refuse would be served at run time.
+// Failed measurements carry a reason and no timing (check_record).
 void check_stats(const Stats& t) {
   if (!time_in_range(t.median_ms) || !time_in_range(t.p20_ms) || !time_in_range(t.p80_ms))
     fail_usage("times must be within [1e-4, 1e7] ms (median " + format_double(t.median_ms) + ", p20 " +

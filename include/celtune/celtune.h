@@ -78,7 +78,10 @@ void celtune_loss_defaults(celtune_loss_options* o);
 /* On a GPU, x, w, dx and dw must be 16-byte aligned, as cudaMalloc's pointers
  * are (a slice of a buffer may not be: copy it): the GEMMs read and write their
  * rows in 16-byte pieces, so a call given one off that grid returns
- * CELTUNE_ERROR_INVALID_ARGUMENT before it launches anything. */
+ * CELTUNE_ERROR_INVALID_ARGUMENT before it launches anything. So does a call
+ * whose outputs (loss, token_loss, lse, dx, dw, db, bad_target; ce's dz)
+ * share memory with each other or with an input it reads; the one exception is
+ * ce's dz equal to its logits (in place). Inputs may share memory (tied x and w). */
 typedef struct {
   int64_t tokens, hidden, vocab; /* N, H, V */
   celtune_dtype dtype;

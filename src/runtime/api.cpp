@@ -249,6 +249,59 @@ Problem ce_problem(const celtune_ce_args& a) {
 }
 
 
+// The buffers a call reads and writes, as byte ranges. An output may share
+// memory with no other buffer of the call: the header allows only ce's dz ==
+// logits (in place). A loss pointed at token_loss returned status 0 with the
+// loss in token_loss[0] (a helper's C API probe, sixty-second session), and on
+// a GPU a dX over X is read back as X by later chunks. Sizes within the
+// problem's size rule (Problem::validate ran), so the products fit.
+struct Span {
+  const void* ptr;
+  uint64_t bytes;
+  const char* name;
+  bool output;
+};
+
+void refuse_overlaps(const char* call, std::initializer_list<Span> spans) {
+  auto overlap = [](const Span& a, const Span& b) {
+    const auto pa = reinterpret_cast<uintptr_t>(a.ptr), pb = reinterpret_cast<uintptr_t>(b.ptr);
+    return pa < pb + b.bytes && pb < pa + a.bytes;
+  };
+  for (auto a = spans.begin(); a != spans.end(); ++a)
+    for (auto b = spans.begin(); b != a; ++b)
+      if ((a->output || b->output) && a->ptr && b->ptr && a->bytes && b->bytes && overlap(*a, *b))
+        fail_usage(std::string(call) + ": " + a->name + " overlaps " + b->name +
+                   ": an output may not share memory with another buffer of the call (only ce's dz may equal "
+                   "its logits)");
+}
+
+void refuse_overlaps(const Problem& p, const celtune_flce_args& a) {
+  const uint64_t N = static_cast<uint64_t>(p.tokens), H = static_cast<uint64_t>(p.hidden),
+                 V = static_cast<uint64_t>(p.vocab), e = dtype_bytes(p.dtype);
+  const bool bwd = p.mode == Mode::forward_backward, none = p.loss.reduction == Reduction::none;
+  const uint64_t t = p.target_type == TargetType::i32 ? 4 : 8;
+  refuse_overlaps("celtune_flce",
+                  {{a.x, N * H * e, "x", false}, {a.w, V * H * e, "w", false}, {a.bias, V * e, "bias", false},
+                   {a.targets, N * t, "targets", false}, {bwd && !none ? a.grad_scale : nullptr, 4, "grad_scale", false},
+                   {bwd && none ? a.grad_tokens : nullptr, N * 4, "grad_tokens", false}, {a.loss, 4, "loss", true},
+                   {a.token_loss, N * 4, "token_loss", true}, {a.lse, N * 4, "lse", true},
+                   {bwd ? a.dx : nullptr, N * H * e, "dx", true}, {bwd ? a.dw : nullptr, V * H * e, "dw", true},
+                   {bwd && a.bias ? a.db : nullptr, V * e, "db", true}, {a.bad_target, 8, "bad_target", true}});
+}
+
+void refuse_overlaps(const Problem& p, const celtune_ce_args& a) {
+  const uint64_t N = static_cast<uint64_t>(p.tokens), V = static_cast<uint64_t>(p.vocab), e = dtype_bytes(p.dtype);
+  const bool bwd = p.mode == Mode::forward_backward, none = p.loss.reduction == Reduction::none;
+  const uint64_t t = p.target_type == TargetType::i32 ? 4 : 8;
+  const void* dz = bwd ? a.dz : nullptr;
+  refuse_overlaps("celtune_ce",
+                  {{dz == a.logits ? nullptr : a.logits, N * V * e, "logits", false},  // in place: dz stands for both
+                   {a.targets, N * t, "targets", false}, {bwd && !none ? a.grad_scale : nullptr, 4, "grad_scale", false},
+                   {bwd && none ? a.grad_tokens : nullptr, N * 4, "grad_tokens", false}, {a.loss, 4, "loss", true},
+                   {a.token_loss, N * 4, "token_loss", true}, {a.lse, N * 4, "lse", true},
+                   {dz, N * V * e, "dz", true}, {a.bad_target, 8, "bad_target", true}});
+}
+
 // celtune_flce_config / celtune_ce_config: resolve without running. A buffer
 // too small for the answer is an error, not a silently truncated config.
 template <typename Args>
@@ -514,6 +567,7 @@ celtune_status celtune_flce(celtune_context* ctx, const celtune_flce_args* args,
   return guarded(ctx, [&] {
     if (!args) fail_usage("null args");
     const Problem p = flce_problem(*args);
+    refuse_overlaps(p, *args);
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
     if (ctx->cpu) return run_flce_cpu(*ctx->cpu, p, r.config, *args);
 #ifdef CELTUNE_HAVE_CUDA
@@ -545,6 +599,7 @@ celtune_status celtune_ce(celtune_context* ctx, const celtune_ce_args* args, cel
   return guarded(ctx, [&] {
     if (!args) fail_usage("null args");
     const Problem p = ce_problem(*args);
+    refuse_overlaps(p, *args);
     const runtime::Resolved r = ctx->resolver->resolve(p, args->config_json);
     if (ctx->cpu) return run_ce_cpu(*ctx->cpu, p, r.config, *args);
 #ifdef CELTUNE_HAVE_CUDA

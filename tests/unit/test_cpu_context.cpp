@@ -137,6 +137,60 @@ TEST_CASE("CPU context: ce in place, config lookup with tags, struct sizes for b
   CHECK(celtune_sizeof(nullptr) == 0);
 }
 
+TEST_CASE("CPU context: an output sharing memory with another buffer is refused, every output untouched") {
+  // The header allows only ce's dz == logits. A loss pointed at token_loss
+  // returned status 0 with the loss in token_loss[0] (a helper's C API probe,
+  // sixty-second session); on a GPU a dX over X is read back as X.
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  const int64_t N = 6, H = 8, V = 40;
+  std::vector<float> x(N * H, 0.5f), w(V * H, 0.25f), dx(N * H, 7.0f), dw(V * H, 7.0f), tl(N, 7.0f), lse(N, 7.0f);
+  std::vector<int64_t> t = {0, 1, 2, 3, 4, 5};
+  float loss = 7.0f, g = 1.0f;
+  celtune_flce_args a{};
+  a.tokens = N, a.hidden = H, a.vocab = V, a.dtype = CELTUNE_FP32, a.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&a.options);
+  a.mode = CELTUNE_FORWARD_BACKWARD;
+  a.x = x.data(), a.w = w.data(), a.targets = t.data(), a.grad_scale = &g;
+  a.loss = &loss, a.token_loss = tl.data(), a.lse = lse.data(), a.dx = dx.data(), a.dw = dw.data();
+  auto refused = [&](celtune_flce_args b, const char* what) {
+    CAPTURE(what);
+    CHECK(celtune_flce(ctx, &b, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(celtune_last_error(ctx)).find(what) != std::string::npos);
+  };
+  celtune_flce_args b = a;
+  b.loss = tl.data() + 2;  // inside token_loss
+  refused(b, "overlaps");
+  b = a, b.dx = x.data();
+  refused(b, "dx overlaps x");
+  b = a, b.lse = reinterpret_cast<float*>(t.data());
+  refused(b, "lse overlaps targets");
+  b = a, b.dw = dx.data() + 4;  // partly over dx
+  refused(b, "dw overlaps dx");
+  for (float v : tl) CHECK(v == 7.0f);
+  for (float v : dx) CHECK(v == 7.0f);
+  for (float v : dw) CHECK(v == 7.0f);
+  CHECK(loss == 7.0f);
+  b = a, b.w = x.data(), b.vocab = N;  // inputs may share memory: w is x (tied)
+  CHECK(celtune_flce(ctx, &b, nullptr) == CELTUNE_OK);
+  b = a, b.mode = CELTUNE_FORWARD, b.dx = x.data();  // forward writes no dX: its pointer is not read
+  CHECK(celtune_flce(ctx, &b, nullptr) == CELTUNE_OK);
+  // ce: dz equal to the logits is in place; dz over part of them is refused.
+  std::vector<float> z(N * V, 1.0f);
+  celtune_ce_args c{};
+  c.tokens = N, c.vocab = V, c.dtype = CELTUNE_FP32, c.target_dtype = CELTUNE_INT64;
+  celtune_loss_defaults(&c.options);
+  c.mode = CELTUNE_FORWARD_BACKWARD;
+  c.logits = z.data(), c.dz = z.data() + V, c.targets = t.data(), c.grad_scale = &g;
+  c.loss = &loss, c.token_loss = tl.data(), c.lse = lse.data();
+  CHECK(celtune_ce(ctx, &c, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(celtune_last_error(ctx)).find("dz overlaps logits") != std::string::npos);
+  for (float v : z) CHECK(v == 1.0f);
+  c.dz = z.data();
+  CHECK(celtune_ce(ctx, &c, nullptr) == CELTUNE_OK);
+  celtune_destroy(ctx);
+}
+
 TEST_CASE("CPU context: a config the CPU cannot run is refused by the config query, as the call refuses it") {
   // The query once returned status 0 and the fused config, tagged explicit (or
   // env), and only the kernel call then failed: explain() and celtune lookup

@@ -253,8 +253,9 @@ Problem ce_problem(const celtune_ce_args& a) {
 // memory with no other buffer of the call: the header allows only ce's dz ==
 // logits (in place). A loss pointed at token_loss returned status 0 with the
 // loss in token_loss[0] (a helper's C API probe, sixty-second session), and on
-// a GPU a dX over X is read back as X by later chunks. Sizes within the
-// problem's size rule (Problem::validate ran), so the products fit.
+// a GPU with vocabulary chunks a dX accumulated over X would be read as X by the
+// next chunk's dW GEMM (flce.cu's consume). Sizes within the problem's size rule
+// (Problem::validate ran), so the products fit.
 struct Span {
   const void* ptr;
   uint64_t bytes;

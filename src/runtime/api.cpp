@@ -77,8 +77,10 @@ thread_local ThreadErrorsOwner t_errors_owner;
 thread_local char t_create_error[1024] = "";
 
 celtune_status remember_create(celtune_status st, const char* message) {
-  const size_t n = st == CELTUNE_OK ? 0 : std::min(std::strlen(message), sizeof t_create_error - 1);
-  std::memcpy(t_create_error, message, n);
+  const std::string m = st == CELTUNE_OK ? std::string() : printable_message(message);
+  size_t n = std::min(m.size(), sizeof t_create_error - 1);
+  while (n > 0 && n < m.size() && (static_cast<unsigned char>(m[n]) & 0xc0) == 0x80) --n;  // a whole character
+  std::memcpy(t_create_error, m.data(), n);
   t_create_error[n] = '\0';
   return st;
 }
@@ -123,7 +125,11 @@ struct celtune_context {
     std::lock_guard lk(live.mu);
     live.serials.insert(serial);
   }
-  void set_error(std::string msg) const {
+  // Stored as printed: messages echo what the caller gave (a config's bytes), and
+  // one that is not UTF-8 was handed back raw, a string a caller's logger or
+  // JSON encoder may refuse (a helper's C API probe, sixty-second session).
+  void set_error(const std::string& raw) const {
+    std::string msg = printable_message(raw);
     ErrorMap* errors = thread_errors();
     if (!errors) {
       std::lock_guard lk(late_mu);

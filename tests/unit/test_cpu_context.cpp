@@ -188,6 +188,12 @@ TEST_CASE("CPU context: an output sharing memory with another buffer is refused,
   for (float v : z) CHECK(v == 1.0f);
   c.dz = z.data();
   CHECK(celtune_ce(ctx, &c, nullptr) == CELTUNE_OK);
+  // A message echoing bytes that are not UTF-8 hands them back escaped, as the CLI prints them.
+  c.config_json = "{\"v_chunk\": \"\xff\xfe\"}";
+  CHECK(celtune_ce(ctx, &c, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);
+  const std::string said = celtune_last_error(ctx);
+  CHECK(said.find('\xff') == std::string::npos);
+  CHECK(said.find("\\xff") != std::string::npos);
   celtune_destroy(ctx);
 }
 

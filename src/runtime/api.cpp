@@ -269,7 +269,7 @@ struct Span {
   bool output;
 };
 
-void refuse_overlaps(const char* call, std::initializer_list<Span> spans) {
+void refuse_overlaps(const char* call, const std::vector<Span>& spans) {
   auto overlap = [](const Span& a, const Span& b) {
     const auto pa = reinterpret_cast<uintptr_t>(a.ptr), pb = reinterpret_cast<uintptr_t>(b.ptr);
     return pa < pb + b.bytes && pb < pa + a.bytes;
@@ -282,31 +282,42 @@ void refuse_overlaps(const char* call, std::initializer_list<Span> spans) {
                    "its logits)");
 }
 
+// The buffers both families' args hold under the same names: the targets, the
+// upstream gradient the mode reads, and the loss outputs.
+template <typename Args>
+std::vector<Span> loss_spans(const Problem& p, const Args& a) {
+  const uint64_t N = static_cast<uint64_t>(p.tokens), t = p.target_type == TargetType::i32 ? 4 : 8;
+  const bool bwd = p.mode == Mode::forward_backward, none = p.loss.reduction == Reduction::none;
+  return {{a.targets, N * t, "targets", false},
+          {bwd && !none ? a.grad_scale : nullptr, 4, "grad_scale", false},
+          {bwd && none ? a.grad_tokens : nullptr, N * 4, "grad_tokens", false},
+          {a.loss, 4, "loss", true},
+          {a.token_loss, N * 4, "token_loss", true},
+          {a.lse, N * 4, "lse", true},
+          {a.bad_target, 8, "bad_target", true}};
+}
+
 void refuse_overlaps(const Problem& p, const celtune_flce_args& a) {
   const uint64_t N = static_cast<uint64_t>(p.tokens), H = static_cast<uint64_t>(p.hidden),
                  V = static_cast<uint64_t>(p.vocab), e = dtype_bytes(p.dtype);
-  const bool bwd = p.mode == Mode::forward_backward, none = p.loss.reduction == Reduction::none;
-  const uint64_t t = p.target_type == TargetType::i32 ? 4 : 8;
-  refuse_overlaps("celtune_flce",
-                  {{a.x, N * H * e, "x", false}, {a.w, V * H * e, "w", false}, {a.bias, V * e, "bias", false},
-                   {a.targets, N * t, "targets", false}, {bwd && !none ? a.grad_scale : nullptr, 4, "grad_scale", false},
-                   {bwd && none ? a.grad_tokens : nullptr, N * 4, "grad_tokens", false}, {a.loss, 4, "loss", true},
-                   {a.token_loss, N * 4, "token_loss", true}, {a.lse, N * 4, "lse", true},
-                   {bwd ? a.dx : nullptr, N * H * e, "dx", true}, {bwd ? a.dw : nullptr, V * H * e, "dw", true},
-                   {bwd && a.bias ? a.db : nullptr, V * e, "db", true}, {a.bad_target, 8, "bad_target", true}});
+  const bool bwd = p.mode == Mode::forward_backward;
+  std::vector<Span> spans = loss_spans(p, a);
+  spans.insert(spans.end(), {{a.x, N * H * e, "x", false},
+                             {a.w, V * H * e, "w", false},
+                             {a.bias, V * e, "bias", false},
+                             {bwd ? a.dx : nullptr, N * H * e, "dx", true},
+                             {bwd ? a.dw : nullptr, V * H * e, "dw", true},
+                             {bwd && a.bias ? a.db : nullptr, V * e, "db", true}});
+  refuse_overlaps("celtune_flce", spans);
 }
 
 void refuse_overlaps(const Problem& p, const celtune_ce_args& a) {
-  const uint64_t N = static_cast<uint64_t>(p.tokens), V = static_cast<uint64_t>(p.vocab), e = dtype_bytes(p.dtype);
-  const bool bwd = p.mode == Mode::forward_backward, none = p.loss.reduction == Reduction::none;
-  const uint64_t t = p.target_type == TargetType::i32 ? 4 : 8;
-  const void* dz = bwd ? a.dz : nullptr;
-  refuse_overlaps("celtune_ce",
-                  {{dz == a.logits ? nullptr : a.logits, N * V * e, "logits", false},  // in place: dz stands for both
-                   {a.targets, N * t, "targets", false}, {bwd && !none ? a.grad_scale : nullptr, 4, "grad_scale", false},
-                   {bwd && none ? a.grad_tokens : nullptr, N * 4, "grad_tokens", false}, {a.loss, 4, "loss", true},
-                   {a.token_loss, N * 4, "token_loss", true}, {a.lse, N * 4, "lse", true},
-                   {dz, N * V * e, "dz", true}, {a.bad_target, 8, "bad_target", true}});
+  const uint64_t NV = static_cast<uint64_t>(p.tokens) * static_cast<uint64_t>(p.vocab) * dtype_bytes(p.dtype);
+  const void* dz = p.mode == Mode::forward_backward ? a.dz : nullptr;
+  std::vector<Span> spans = loss_spans(p, a);
+  spans.insert(spans.end(), {{dz == a.logits ? nullptr : a.logits, NV, "logits", false},  // in place: dz stands for both
+                             {dz, NV, "dz", true}});
+  refuse_overlaps("celtune_ce", spans);
 }
 
 // celtune_flce_config / celtune_ce_config: resolve without running. A buffer

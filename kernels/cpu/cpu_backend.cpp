@@ -39,17 +39,23 @@ namespace {
 // Running online-softmax state of one row, plus the two sums the loss needs.
 struct RowState {
   float m = -std::numeric_limits<float>::infinity();  // running max of ẑ
-  float d = 0.0f;                                      // Σ exp(ẑ − m)
+  // Σ exp(ẑ − m), summed in double: in fp32, once the max's term (1) was in
+  // the sum every later term under half an ulp of 1 was lost, so a confident
+  // row whose target came early lost its whole loss and its target's gradient
+  // (V = 1024, the others 16.7 below the target: a loss of 0 against 5.7e-5, a
+  // helper's probe, sixty-third session); PyTorch's vectorised fp32 sum
+  // keeps far more of them.
+  double d = 0.0;
   float z_target = 0.0f;                               // ẑ at the target
   double z_sum = 0.0;  // Σ ẑ (label smoothing); fp32 overflowed beside logits near 3e38
 };
 
 // (m1,d1) ⊕ (m2,d2), flce-math.md step 3. Guarded so that two empty partials
 // (m = −inf) merge to an empty partial instead of NaN.
-inline void merge(float& m, float& d, float m2, float d2) {
+inline void merge(float& m, double& d, float m2, double d2) {
   const float M = std::max(m, m2);
   if (M == -std::numeric_limits<float>::infinity()) return;
-  d = d * std::exp(m - M) + d2 * std::exp(m2 - M);
+  d = d * std::exp(static_cast<double>(m) - M) + d2 * std::exp(static_cast<double>(m2) - M);
   m = M;
 }
 
@@ -155,7 +161,8 @@ class Runner {
       const float* t = &tile_[static_cast<size_t>(r * vc_)];
       RowState& st = state_[static_cast<size_t>(r)];
       const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
-      float pm = -std::numeric_limits<float>::infinity(), pd = 0.0f;  // this chunk's partial
+      float pm = -std::numeric_limits<float>::infinity();  // this chunk's partial
+      double pd = 0.0;
       for (int64_t b0 = 0; b0 < cols; b0 += bs) {
         const int64_t b1 = std::min(cols, b0 + bs);
         float bm = -std::numeric_limits<float>::infinity();
@@ -166,7 +173,7 @@ class Runner {
           bm = std::max(bm, z);
         }
         if (nan) bm = std::numeric_limits<float>::quiet_NaN();  // propagate, as PyTorch does
-        float bd = 0.0f;
+        double bd = 0.0;
         for (int64_t j = b0; j < b1; ++j) {
           const float z = softcap(t[j], s_);
           bd += std::exp(z - bm);
@@ -189,7 +196,7 @@ class Runner {
   void finish_rows(int64_t r0, int64_t rows, HostOutputs& out) {
     for (int64_t r = 0; r < rows; ++r) {
       const RowState& st = state_[static_cast<size_t>(r)];
-      const float log_d = std::log(st.d);
+      const float log_d = static_cast<float>(std::log(st.d));
       const float L = st.m + log_d;
       lse_[static_cast<size_t>(r)] = L;
       out.lse[static_cast<size_t>(r0 + r)] = L;
@@ -230,8 +237,12 @@ class Runner {
       const int64_t y = in_.targets[static_cast<size_t>(r0 + r)];
       for (int64_t j = 0; j < cols; ++j) {
         const float z = softcap(t[j], s_);
-        const float prob = std::exp(z - st.m) / st.d;
-        float g = v0 + j == y ? prob - (1 - eps_) : prob;
+        const float prob = static_cast<float>(std::exp(z - st.m) / st.d);
+        // The target's p − (1 − ε) in double from d itself: p rounded to fp32
+        // first kept a confident row's 1 − p to an ulp of 1 (2.6e-4 of it where
+        // 1 − p = 5.7e-5).
+        float g = v0 + j == y ? static_cast<float>((std::exp(static_cast<double>(z) - st.m) - (1 - eps_) * st.d) / st.d)
+                              : prob;
         g = g - eps_ * inv_v + z_scale * prob;
         t[j] = round_to(p_.dtype, c * g * softcap_slope(t[j], s_));
       }

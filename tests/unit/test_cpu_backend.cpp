@@ -210,6 +210,43 @@ TEST_CASE("large logits and the z-loss keep fp32's precision: m and log d apart,
   }
 }
 
+TEST_CASE("confident rows keep their loss and target gradient wherever the target sits in the row") {
+  // Σ exp(ẑ − m) in fp32 lost every term under half an ulp of 1 once the max's
+  // term was in: with the target first and the others 16.7 below it, a loss of
+  // 0 against 1023·e^−16.7 = 5.7e-5 and no gradient at the target (a helper's
+  // probe, sixty-third session). Targets first, in the middle and last, one
+  // block and several, one pass and chunks.
+  for (int64_t target : {int64_t{0}, int64_t{500}, int64_t{1023}})
+    for (int bs : {128, 2048})
+      for (int64_t v_chunk : {int64_t{0}, int64_t{256}}) {
+        CAPTURE(target);
+        CAPTURE(bs);
+        CAPTURE(v_chunk);
+        Problem p;
+        p.family = Family::ce, p.tokens = 4, p.hidden = 0, p.vocab = 1024, p.dtype = DType::fp32;
+        p.mode = Mode::forward_backward;
+        HostCase in = make_case(p, CaseSpec{.seed = 8, .logit_scale = 1.0, .ignore_fraction = 0.0});
+        for (int64_t r = 0; r < p.tokens; ++r) {
+          in.targets[static_cast<size_t>(r)] = target;
+          for (int64_t j = 0; j < p.vocab; ++j)  // rows 0, 1: flat; 2, 3: N(0, 1) below 18
+            in.logits[static_cast<size_t>(r * p.vocab + j)] =
+                j == target ? 18.0f : r < 2 ? 1.3f : in.logits[static_cast<size_t>(r * p.vocab + j)];
+        }
+        KernelConfig c;
+        c.block_size = bs, c.v_chunk = v_chunk;
+        const HostOutputs out = cpu::run(p, c, in);
+        const RefOutputs ref = reference::run(p, in);
+        for (int64_t r = 0; r < p.tokens; ++r) {
+          CAPTURE(r);
+          const auto i = static_cast<size_t>(r), t = static_cast<size_t>(r * p.vocab + target);
+          CHECK(ref.token_loss[i] > 1e-5);
+          CHECK(out.token_loss[i] == doctest::Approx(ref.token_loss[i]).epsilon(1e-4));
+          CHECK(out.grad_logits[t] == doctest::Approx(ref.grad_logits[t]).epsilon(1e-2));  // 1/d − 1 in fp32
+        }
+        CHECK(compare(out.grad_logits.data(), ref.grad_logits.data(), ref.grad_logits.size(), 0, 0).rel_l2 < 1e-4);
+      }
+}
+
 TEST_CASE("validate's truth: fp64 for small shapes, the GPU reference beyond, never a silent substitute") {
   auto backend = cpu::make_backend();
   const auto small = default_matrix(11);

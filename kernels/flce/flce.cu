@@ -31,8 +31,9 @@
 // per-row, per-BLOCK_N partial (max, Σexp) and Σẑ; a merge kernel gives the LSE
 // and loss. Forward: one statistics-only GEMM over all of V per row chunk, no
 // tile at all. Forward+backward, one pass: the same GEMM also stores the tile,
-// then dZ (ce_grad: one read, one write), dX on cuBLASLt and dW on CUTLASS's
-// persistent GEMM, in place (or on cuBLASLt, as the config's dw_kernel says).
+// then dZ (ce_grad: one read, one write), dX on cuBLASLt (or CUTLASS's stream-K
+// GEMM, as the config's dx_kernel says) and dW on CUTLASS's persistent GEMM, in
+// place (or on cuBLASLt, as the config's dw_kernel says).
 // In bf16 without label smoothing (sm90_scaled_dz) there is no dZ pass: the GEMM
 // stores q = exp(ẑ − m_i)·g, dZ up to a row factor a_i (ce_epilogue.cuh), against
 // the softcap (m_i = s) or, without one, a reference per row taken once before
@@ -94,10 +95,15 @@ int dw_variant(const KernelConfig& c) {
   if (c.dw_kernel == kDwOnCublaslt) return -1;
   return variant_index(kSm90DwVariantNames, std::size(kSm90DwVariantNames), c.dw_kernel, "dw_kernel");
 }
+// −1: dX on cuBLASLt (no name).
+int dx_variant(const KernelConfig& c) {
+  if (c.dx_kernel.empty()) return -1;
+  return variant_index(kSm90DxVariantNames, std::size(kSm90DxVariantNames), c.dx_kernel, "dx_kernel");
+}
 
 struct Layout {
   int64_t N, H, V, rc, vc, ld_vc;
-  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass, scaled_dz;
+  bool bwd, one_pass, dx_acc, dw_acc, db_acc, fused, dw_cutlass, dx_cutlass, scaled_dz;
   int64_t part_rows = 0, part_tiles = 0;  // fused: the statistics partials, [tiles][rows]
   // ce: each row split into ce_splits segments of vc columns, one block each;
   // fused holds the row on chip in a cluster of ce_splits blocks (one block: a
@@ -143,6 +149,7 @@ struct Layout {
     dw_acc = flce && bwd && chunk_rows.size() > 1 && lowp && c.dw_acc_fp32;
     db_acc = flce && bwd && p.bias;
     dw_cutlass = fused && dw_variant(c) >= 0;
+    dx_cutlass = fused && bwd && one_pass && dx_variant(c) >= 0;
     scaled_dz = sm90_scaled_dz(p, c);
     if (!flce) {
       ce_splits = static_cast<int>(std::min<int64_t>((V + vc - 1) / vc, INT32_MAX));
@@ -277,7 +284,7 @@ void check_supported(const Problem& p, const KernelConfig& c, int device) {
     if (device < 0) CELTUNE_CUDA(cudaGetDevice(&device));
     std::string why;
     if (!sm90::available(device, &why)) fail_usage("config " + to_string(c) + ": " + why);
-    logits_variant(c), dw_variant(c);  // names in the table
+    logits_variant(c), dw_variant(c), dx_variant(c);  // names in the table
     if (p.hidden % 8)
       fail_usage("hidden size " + std::to_string(p.hidden) + " must be a multiple of 8 for impl fused (TMA rows)");
     if (sm90_partial_rows(logits_variant(c), c.row_chunk_for(p)) > sm90::kMergeMaxRows)
@@ -331,10 +338,12 @@ std::vector<std::vector<std::string>> gemm_candidates(Context& ctx, const Proble
   const Layout L(p, c);
   std::vector<std::vector<std::string>> out;
   for (GemmRole r : {GemmRole::logits, GemmRole::dx, GemmRole::dw}) {
-    // Forward runs no gradient GEMMs; impl fused runs the one-pass logits, and dW
-    // unless its config names cuBLASLt for it, on CUTLASS.
-    const bool runs =
-        r == GemmRole::logits ? !L.fused || (L.bwd && !L.one_pass) : L.bwd && (r == GemmRole::dx || !L.dw_cutlass);
+    // Forward runs no gradient GEMMs; impl fused runs the one-pass logits, dW
+    // unless its config names cuBLASLt for it, and dX where it names a row, on
+    // CUTLASS.
+    const bool runs = r == GemmRole::logits ? !L.fused || (L.bwd && !L.one_pass)
+                      : r == GemmRole::dx   ? L.bwd && !L.dx_cutlass
+                                            : L.bwd && !L.dw_cutlass;
     if (!runs) {
       out.push_back({});
       continue;
@@ -484,9 +493,16 @@ void run_flce(Context& ctx, const Problem& p, const KernelConfig& c, const Args&
     }
     {  // dX[R] (+)= dZ·W[C]:  col-major dXᵀ[H, rows] = W[C]ᵀ-view[H, cols] · dZᵀ-view[cols, rows]
       void* d = L.dx_acc ? static_cast<void*>(dx_acc) : at_mut(a.dx, r0 * H, bytes);
-      for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
-        ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes), at(tile, q.c0, bytes),
-                 d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
+      if (L.dx_cutlass) {  // CUTLASS, stream-K, all of V at once (TMA takes any width)
+        sm90::DxArgs g;
+        g.rows = rows, g.cols = cols, g.hidden = H;
+        g.dz = tile, g.ld_dz = L.ld_vc, g.w = a.w, g.dx = d;
+        sm90::dx_gemm(dx_variant(c), p.dtype, g, ws, st);
+      } else {
+        for (const ColPiece& q : col_pieces(cols))  // K in pieces: the second adds to the first
+          ctx.gemm(gemm_shape(GemmRole::dx, p, L, rows, q.n), at(a.w, (v0 + q.c0) * H, bytes),
+                   at(tile, q.c0, bytes), d, first_v && q.c0 == 0 ? 0.0f : 1.0f, st, ws, algo(GemmRole::dx));
+      }
     }
     if (L.db_acc)
       column_sums(TileView{tile, L.ld_vc, r0, rows, v0, cols, tile, L.ld_vc}, p.dtype, db_acc, st,

@@ -44,6 +44,13 @@ std::vector<int64_t> dw_rows(bool used) {
   return out;
 }
 
+// dX's choices: cuBLASLt (0), then the CUTLASS rows (1…); only cuBLASLt when unused.
+std::vector<int64_t> dx_rows(bool used) {
+  std::vector<int64_t> out{0};
+  for (size_t i = 0; used && i < std::size(kSm90DxVariantNames); ++i) out.push_back(static_cast<int64_t>(i) + 1);
+  return out;
+}
+
 // The fused forward+backward seed: the default's chunks and accumulators, its row
 // chunk down to whole clusters of the logits GEMM (variants.hpp) so no padding
 // rows are computed, and further while the fused path's scratch (the tile; the
@@ -162,6 +169,10 @@ KernelConfig grid_default(const Problem& p, size_t budget = kDefaultScratchBudge
 KernelConfig flce_fused_forward_backward(const Problem& p, size_t budget) {
   KernelConfig f = fused_seed(p, grid_default(p, budget), default_logits_variant(p), budget);
   f.dw_kernel = kSm90DwVariantNames[kSm90PingpongDwVariant];
+  // dX on the stream-K CUTLASS row where its tiles fill their last wave badly
+  // (variants.hpp); its partial sums take the workspace.
+  if (f.one_pass(p) && f.workspace_mib > 0 && sm90_dx_stream_k(f.row_chunk_for(p), p.hidden))
+    f.dx_kernel = kSm90DxVariantNames[0];
   return f;
 }
 
@@ -211,6 +222,9 @@ SearchSpace flce_space(const Problem& p) {
          constexpr auto n = static_cast<int64_t>(std::size(kSm90DwVariantNames));
          c.dw_kernel = v == n ? kDwOnCublaslt : v ? kSm90DwVariantNames[v] : "";
        }},
+      // dX on cuBLASLt (0), or the CUTLASS row v − 1 (the one pass).
+      {"dx_kernel", dx_rows(bwd && p.dtype != DType::fp32),
+       [](KernelConfig& c, int64_t v) { c.dx_kernel = v ? kSm90DxVariantNames[v - 1] : ""; }},
   };
   // Seeds: the default as a grid point (one accumulator switch for dW and dX),
   // and its fused counterparts: in forward the statistics-only GEMM in row chunks
@@ -218,9 +232,9 @@ SearchSpace flce_space(const Problem& p) {
   // default's 1.12× for Llama-3-8B on the H100), in forward+backward the
   // default's chunks within the same scratch (fused_seed): the cooperative
   // logits GEMM with dW on CUTLASS row 0, the fused default
-  // (flce_fused_forward_backward: the ping-pong rows of both GEMMs), and that
-  // with dW on cuBLASLt. Where the backend cannot run one it is not in the grid,
-  // and guided search skips it.
+  // (flce_fused_forward_backward: the ping-pong rows of both GEMMs), that with
+  // dX on the other GEMM, and the default with dW on cuBLASLt. Where the
+  // backend cannot run one it is not in the grid, and guided search skips it.
   const KernelConfig grid_def = grid_default(p);
   s.seeds.push_back(grid_def);
   if (p.dtype != DType::fp32) {
@@ -230,6 +244,11 @@ SearchSpace flce_space(const Problem& p) {
       s.seeds.push_back(fused_seed(p, grid_def));
       KernelConfig f = flce_fused_forward_backward(p);
       s.seeds.push_back(f);
+      // And with dX on the other GEMM (cuBLASLt, or the stream-K row where the
+      // constraint lets it run), then with dW on cuBLASLt.
+      KernelConfig other_dx = f;
+      other_dx.dx_kernel = f.dx_kernel.empty() ? kSm90DxVariantNames[0] : "";
+      if (other_dx.one_pass(p) && other_dx.workspace_mib > 0) s.seeds.push_back(other_dx);
       f.dw_kernel = kDwOnCublaslt;
       s.seeds.push_back(f);
     }
@@ -240,7 +259,8 @@ SearchSpace flce_space(const Problem& p) {
       if (why) *why = "block_size / threads outside the compiled table";
       return false;
     }
-    if (c.impl != KernelConfig::Impl::fused && (!c.logits_kernel.empty() || !c.dw_kernel.empty())) {
+    if (c.impl != KernelConfig::Impl::fused &&
+        (!c.logits_kernel.empty() || !c.dw_kernel.empty() || !c.dx_kernel.empty())) {
       if (why) *why = "CUTLASS variants belong to impl fused";
       return false;
     }
@@ -256,6 +276,13 @@ SearchSpace flce_space(const Problem& p) {
         if (why) *why = "impl fused forward has no tile: v_chunk and the CE tile change nothing";
         return false;
       }
+    }
+    // The CUTLASS dX GEMM writes one output over all of V (validate_config), and
+    // without the workspace for its stream-K partials it would run data-parallel,
+    // the cuBLASLt GEMM's tiling without its split-K.
+    if (!c.dx_kernel.empty() && (!c.one_pass(pr) || c.workspace_mib == 0)) {
+      if (why) *why = "the CUTLASS dX GEMM needs the one pass and the GEMM workspace";
+      return false;
     }
     // The fused cache only acts in the one pass, where the tile holds whole rows.
     if (c.fused && !c.one_pass(pr)) {

@@ -79,13 +79,19 @@ void validate_config(const Problem& p, const KernelConfig& c) {
     // Names from the table of this or another build (CUTLASS profiler style),
     // printed by list and lookup: an imported escape sequence reached the
     // terminal, and a 100 000-byte name was stored.
-    for (const std::string* name : {&c.logits_kernel, &c.dw_kernel})
+    for (const std::string* name : {&c.logits_kernel, &c.dw_kernel, &c.dx_kernel})
       if (name->size() > 64 ||
           name->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
               std::string::npos)
-        fail_usage("logits_kernel and dw_kernel are variant names: at most 64 letters, digits, '_', '-' or '.'");
-  } else if (!c.logits_kernel.empty() || !c.dw_kernel.empty()) {
-    fail_usage("logits_kernel and dw_kernel name CUTLASS variants of impl fused");
+        fail_usage(
+            "logits_kernel, dw_kernel and dx_kernel are variant names: at most 64 letters, digits, '_', '-' or '.'");
+    // dX accumulates over vocabulary chunks in two passes, which the CUTLASS dX
+    // GEMM (one output, beta = 0) does not do.
+    if (!c.dx_kernel.empty() && !c.one_pass(p))
+      fail_usage("dx_kernel names the one pass's CUTLASS dX GEMM: it needs v_chunk = 0 (all of V), got " +
+                 std::to_string(c.v_chunk));
+  } else if (!c.logits_kernel.empty() || !c.dw_kernel.empty() || !c.dx_kernel.empty()) {
+    fail_usage("logits_kernel, dw_kernel and dx_kernel name CUTLASS variants of impl fused");
   }
   if (!c.gemm_algos.empty() && c.gemm_algos.size() != 3)
     fail_usage("gemm_algos holds one entry per GEMM role (logits, dX, dW): 3, got " +
@@ -281,6 +287,7 @@ void to_json(nlohmann::json& j, const KernelConfig& c) {
     j["impl"] = "fused";
     if (!c.logits_kernel.empty()) j["logits_kernel"] = c.logits_kernel;
     if (!c.dw_kernel.empty()) j["dw_kernel"] = c.dw_kernel;
+    if (!c.dx_kernel.empty()) j["dx_kernel"] = c.dx_kernel;
   }
   // Likewise written only when not the default.
   if (c.workspace_mib != KernelConfig::kDefaultWorkspaceMib) j["workspace_mib"] = c.workspace_mib;
@@ -295,7 +302,7 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
                                            "threads",    "rows_per_block", "dw_acc_fp32",
                                            "dx_acc_fp32", "fused",      "gemm_algos",
                                            "gemm_algos_cublaslt", "impl", "logits_kernel", "dw_kernel",
-                                           "workspace_mib"};
+                                           "dx_kernel",  "workspace_mib"};
   if (!j.is_object()) fail_usage("a config must be a JSON object");
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) fail_usage("unknown config key '" + k + "'");
@@ -320,6 +327,7 @@ void from_json(const nlohmann::json& j, KernelConfig& c) {
     }
     c.logits_kernel = json_field_or<std::string>(j, "logits_kernel", c.logits_kernel);
     c.dw_kernel = json_field_or<std::string>(j, "dw_kernel", c.dw_kernel);
+    c.dx_kernel = json_field_or<std::string>(j, "dx_kernel", c.dx_kernel);
     c.gemm_algos = json_field_or<std::vector<std::string>>(j, "gemm_algos", c.gemm_algos);
     c.gemm_algos_cublaslt = json_int_or<int64_t>(j, "gemm_algos_cublaslt", c.gemm_algos_cublaslt);
   } catch (const nlohmann::json::exception& e) {
@@ -351,6 +359,7 @@ std::string to_string(const KernelConfig& c) {
     s << " sm90";
     if (!c.logits_kernel.empty()) s << " L:" << c.logits_kernel;
     if (!c.dw_kernel.empty()) s << " W:" << c.dw_kernel;
+    if (!c.dx_kernel.empty()) s << " X:" << c.dx_kernel;
   }
   if (c.workspace_mib != KernelConfig::kDefaultWorkspaceMib) s << " ws" << c.workspace_mib;
   if (!c.gemm_algos.empty()) s << " algos";

@@ -63,9 +63,12 @@ struct KernelConfig {
   enum class Impl { cublaslt, fused };
   Impl impl = Impl::cublaslt;
   // fused: the CUTLASS variant of each role by name (tile, cluster, schedule;
-  // kernels/flce/sm90/variants.hpp); empty means the table's first row.
+  // kernels/flce/sm90/variants.hpp); empty means the table's first row, except
+  // for dX, whose GEMM runs on cuBLASLt unless dx_kernel names a row (the one
+  // pass only: v_chunk covering V).
   std::string logits_kernel;
   std::string dw_kernel;
+  std::string dx_kernel;
   // flce: the GEMMs' workspace in MiB (cuBLASLt's split-K partials, CUTLASS's
   // scheduler), part of the scratch. 32 lets cuBLASLt split skinny GEMMs (a dX
   // of a few hundred rows at H = 2304: 29.6 ms a step against 37.0 with none,

@@ -464,6 +464,32 @@ TEST_CASE("impl fused at an odd vocabulary: many tiles and chunks, both dW accum
         }
 }
 
+TEST_CASE("impl fused with the CUTLASS dX GEMM: stream-K and data-parallel, with and without a dZ pass, odd V") {
+  // DxGemm (gemm_sm90.cuh): 6 output tiles of 128×256 over 786 K iterations, so
+  // stream-K splits every tile among many SMs and merges their partial sums
+  // through the workspace; with none it runs data-parallel. bf16 without
+  // smoothing runs without a dZ pass (dX then takes its row factor and target
+  // term after the GEMM); fp16, and bf16 with smoothing, form dZ first.
+  for (const std::string& dx : table_rows(kSm90DxVariantNames))
+    for (int ws : {KernelConfig::kDefaultWorkspaceMib, 0})
+      for (DType dt : {DType::bf16, DType::fp16})
+        for (double smoothing : {0.0, 0.1}) {
+          ValidationCase vc;
+          Problem& p = vc.problem;
+          p.family = Family::flce, p.tokens = 1000, p.hidden = 264, p.vocab = 50257, p.dtype = dt, p.bias = true;
+          p.loss.label_smoothing = smoothing, p.loss.softcap = smoothing > 0 ? 0.0 : 30.0;
+          vc.spec.ignore_fraction = 0.2;
+          vc.config.impl = KernelConfig::Impl::fused, vc.config.dx_kernel = dx, vc.config.workspace_mib = ws;
+          vc.config.block_size = 2048, vc.config.threads = 256, vc.config.row_chunk = 384;  // 384, 384, 232 rows
+          if (!fused_runs(p, vc.config)) return;
+          vc.spec.seed = next_seed();
+          vc.name = "fused, dX " + dx + ", workspace " + std::to_string(ws) + " MiB, " + std::string(to_string(dt)) +
+                    ", smoothing " + std::to_string(smoothing);
+          CAPTURE(vc.name);
+          expect_pass(vc);
+        }
+}
+
 TEST_CASE("impl fused: softcaps on both sides of the epilogue's fixed reference, none, large logits, each logits row") {
   // Up to kSm90FixedReferenceMaxSoftcap the epilogue sums exp(ẑ − s) in one pass;
   // above it, exp(ẑ − m) over the row's max in two. Logits far past the cap put

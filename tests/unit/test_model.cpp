@@ -187,6 +187,20 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK_THROWS_AS(validate_config(p, odd), Error);
   odd = f, odd.dw_kernel = "cublaslt";  // dW on cuBLASLt under impl fused
   CHECK_NOTHROW(validate_config(p, odd));
+  // dX's CUTLASS row: written, read back and printed; the one pass only.
+  KernelConfig dx = f;
+  dx.dx_kernel = "128x256x64_2x1x1_sk";
+  CHECK(nlohmann::json(dx).get<KernelConfig>() == dx);
+  CHECK(nlohmann::json(dx)["dx_kernel"] == "128x256x64_2x1x1_sk");
+  CHECK(!nlohmann::json(f).contains("dx_kernel"));  // unnamed: every stored config keeps its JSON
+  CHECK(to_string(dx).find(" X:128x256x64_2x1x1_sk") != std::string::npos);
+  CHECK_NOTHROW(validate_config(p, dx));
+  dx.v_chunk = p.vocab / 2;  // two passes: dX accumulates over vocabulary chunks
+  CHECK_THROWS_AS(validate_config(p, dx), Error);
+  dx.v_chunk = 0, dx.dx_kernel = "x\x1b[31m";
+  CHECK_THROWS_AS(validate_config(p, dx), Error);
+  named = c, named.dx_kernel = "128x256x64_2x1x1_sk";  // without impl fused
+  CHECK_THROWS_AS(validate_config(p, named), Error);
 }
 
 TEST_CASE("row chunks are as even as whole GEMM tiles allow, never a thin tail") {

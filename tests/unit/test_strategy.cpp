@@ -103,6 +103,12 @@ TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where 
         (std::size(kSm90DwVariantNames) > 1));
   // ... and dW on cuBLASLt beside them.
   CHECK(count(p, [](const KernelConfig& c) { return c.dw_kernel == kDwOnCublaslt; }) > 0);
+  // dX's CUTLASS rows, in the one pass with the workspace only.
+  CHECK(count(p, [](const KernelConfig& c) { return !c.dx_kernel.empty(); }) > 0);
+  CHECK(count(p, [&](const KernelConfig& c) {
+          return !c.dx_kernel.empty() &&
+                 (c.impl != KernelConfig::Impl::fused || !c.one_pass(p) || c.workspace_mib == 0);
+        }) == 0);
   // Variant names never leak into cuBLASLt configs, nor the fold's row cache into fused.
   CHECK(count(p, [](const KernelConfig& c) {
           return c.impl != KernelConfig::Impl::fused && (!c.logits_kernel.empty() || !c.dw_kernel.empty());
@@ -111,7 +117,7 @@ TEST_CASE("the flce space offers impl fused and its CUTLASS variants only where 
   // Forward: no tile, no dW: one point per row chunk and logits variant.
   p.mode = Mode::forward;
   CHECK(count(p, [](const KernelConfig& c) {
-          return c.impl == KernelConfig::Impl::fused && (c.v_chunk != 0 || !c.dw_kernel.empty());
+          return c.impl == KernelConfig::Impl::fused && (c.v_chunk != 0 || !c.dw_kernel.empty() || !c.dx_kernel.empty());
         }) == 0);
   CHECK(count(p, fused) > 0);
   CHECK(count(p, fused) < fused_bwd);
@@ -134,8 +140,11 @@ TEST_CASE("the flce space's seeds are grid points: the default and its fused cou
           return std::any_of(cands.begin(), cands.end(), [&](const Candidate& k) { return k.config == c; });
         };
         // The default, its fused counterpart, and (forward+backward) the fused
-        // default with both ping-pong rows, then that with dW on cuBLASLt.
-        REQUIRE(s.seeds.size() == (mode == Mode::forward ? 2u : 4u));
+        // default with both ping-pong rows, that with dX on the other GEMM
+        // (where the one pass has the workspace), then with dW on cuBLASLt.
+        const KernelConfig fused_default = flce_fused_forward_backward(p);
+        const bool other_dx = mode == Mode::forward_backward && fused_default.one_pass(p) && fused_default.workspace_mib > 0;
+        REQUIRE(s.seeds.size() == (mode == Mode::forward ? 2u : other_dx ? 5u : 4u));
         for (const KernelConfig& seed : s.seeds) {
           CAPTURE(to_string(seed));
           CHECK(in_grid(seed));
@@ -143,10 +152,16 @@ TEST_CASE("the flce space's seeds are grid points: the default and its fused cou
         CHECK(s.seeds[0].impl == KernelConfig::Impl::cublaslt);
         CHECK(s.seeds[1].impl == KernelConfig::Impl::fused);
         if (mode == Mode::forward_backward) {
+          CHECK(s.seeds[2] == fused_default);
           CHECK(s.seeds[2].dw_kernel == kSm90DwVariantNames[kSm90PingpongDwVariant]);
+          if (other_dx) {
+            KernelConfig swapped = s.seeds[2];
+            swapped.dx_kernel = swapped.dx_kernel.empty() ? kSm90DxVariantNames[0] : "";
+            CHECK(s.seeds[3] == swapped);
+          }
           KernelConfig on_cublaslt = s.seeds[2];
           on_cublaslt.dw_kernel = kDwOnCublaslt;
-          CHECK(s.seeds[3] == on_cublaslt);
+          CHECK(s.seeds.back() == on_cublaslt);
         }
         p.dtype = DType::fp32;  // no fused seed where fused cannot run
         CHECK(flce_space(p).seeds.size() == 1);
@@ -171,7 +186,7 @@ TEST_CASE("the fused forward+backward seed keeps to the default's scratch, parti
           p.loss.softcap = scaled ? 30.0 : 0.0;
           CAPTURE(p.key());
           const SearchSpace s = flce_space(p);
-          REQUIRE(s.seeds.size() == 4u);
+          REQUIRE(s.seeds.size() >= 4u);  // a fifth: dX on the other GEMM
           // seeds[1] on the cooperative row 0, seeds[2] on the default's row
           // (the ping-pong 128×192 from H = 2048): 192-column tiles, more partials.
           CHECK(s.seeds[1].logits_kernel.empty());
@@ -288,6 +303,7 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
       CHECK(b.row_chunk == (n == 1024 ? 0 : 2048));
       CHECK(b.workspace_mib == (n == 1024 ? KernelConfig::kDefaultWorkspaceMib : 0));
       CHECK(b.dw_acc_fp32 == (n == 1024));  // a 2 GiB fp32 dW does not fit 512 MiB; one chunk has none
+      CHECK(b.dx_kernel.empty());  // dX's tiles fill their waves (or no workspace): cuBLASLt
       CHECK_NOTHROW(validate_config(q, b));
       CHECK(b == flce_space(q).seeds[2]);  // what tune measures right after the start
       CHECK(device_default(q, no) == default_config(q));
@@ -309,6 +325,8 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
     CHECK(b.row_chunk == rc);
     CHECK(b.workspace_mib == (h == 2304 ? 0 : KernelConfig::kDefaultWorkspaceMib));
     CHECK(b.logits_kernel == (h >= kSm90PingpongMinHidden ? kSm90LogitsVariantNames[kSm90PingpongLogitsVariant] : ""));
+    // dX on the stream-K row only at Qwen2.5-7B: 12 × 14 tiles, 64% of two waves.
+    CHECK(b.dx_kernel == (h == 3584 ? kSm90DxVariantNames[0] : ""));
   }
   for (const auto& [h, v] : {std::pair{512, 50257}}) {
     Problem q = p;
@@ -320,6 +338,18 @@ TEST_CASE("the device default: the fused statistics GEMM for 16-bit forward wher
   CHECK(device_default(p, yes) == default_config(p));
   p.dtype = DType::bf16, p.family = Family::ce, p.hidden = 0;
   CHECK(device_default(p, yes) == default_config(p));
+}
+
+TEST_CASE("the stream-K dX rule: more than one wave of 128x256 tiles on 132 SMs, the last under 70% full") {
+  CHECK(sm90_dx_stream_k(1536, 3584));   // 12 x 14 = 168 tiles: 64% of two waves
+  CHECK(sm90_dx_stream_k(1280, 3584));   // 140: 53%
+  CHECK(!sm90_dx_stream_k(1024, 2304));  // 72: under one wave
+  CHECK(!sm90_dx_stream_k(1024, 4096));  // 128: under one wave
+  CHECK(!sm90_dx_stream_k(2048, 4096));  // 256: 97%
+  CHECK(!sm90_dx_stream_k(2048, 8192));  // 512: 97%
+  CHECK(!sm90_dx_stream_k(7424, 4096));  // 928: 88%
+  CHECK(sm90_dx_stream_k(2176, 4096));   // 17 x 16 = 272: 69% of three waves
+  CHECK(!sm90_dx_stream_k(0, 4096));
 }
 
 TEST_CASE("guided search measures the seeds right after its start") {

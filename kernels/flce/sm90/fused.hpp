@@ -2,9 +2,9 @@
 // persistent) whose epilogues do the CE work, behind a plain C++ interface so
 // flce.cu, the search space and the tests never include CUTLASS.
 //
-// Two GEMM roles run on CUTLASS; the dX GEMM stays on cuBLASLt (one output per
-// row chunk, nothing to accumulate in the one-pass schedule), and dW may too
-// (dw_kernel "cublaslt", variants.hpp):
+// Two GEMM roles run on CUTLASS, and a third may: dW, which may also run on
+// cuBLASLt (dw_kernel "cublaslt", variants.hpp), and dX, which runs on cuBLASLt
+// unless dx_kernel names a row (the one pass only):
 //   logits + CE statistics: tile[rows, cols] = X·Wᵀ, and per row and BLOCK_N
 //     columns the online-softmax pair (max, Σexp) of ẑ = softcap(round(z) + b),
 //     Σẑ when label smoothing needs it, and ẑ at each row's target (a hand-written collective epilogue,
@@ -13,6 +13,7 @@
 //   dW: dW[cols, H] = dZᵀ·X + beta·dW, in place, persistent, the dZ slab
 //     multicast within a cluster (the read-modify-write of dW across row chunks
 //     and the slab reads bound it at small row chunks).
+//   dX: dX[rows, H] = dZ·W over all of V, stream-K (gemm_sm90.cuh says why).
 // Variants are a short named table (tile, cluster, schedule; variants.hpp), named
 // as CUTLASS's profiler names them; the config picks one per role by name, and
 // `variant` below is its row. Built without CUTLASS, available() says so and the
@@ -87,5 +88,16 @@ struct DwArgs {
   float beta = 0.0f;
 };
 void dw_gemm(int variant, DType t, const DwArgs& a, const Workspace& ws, cudaStream_t st);
+
+// dX[rows, hidden] = dZ[rows, cols] · W[cols, hidden], overwriting dX (the one
+// pass: cols = V). dX in the input dtype.
+struct DxArgs {
+  int64_t rows = 0, cols = 0, hidden = 0;
+  const void* dz = nullptr;  // [rows, ld_dz], input dtype
+  int64_t ld_dz = 0;
+  const void* w = nullptr;   // [cols, hidden]
+  void* dx = nullptr;        // [rows, hidden]
+};
+void dx_gemm(int variant, DType t, const DxArgs& a, const Workspace& ws, cudaStream_t st);
 
 }  // namespace celtune::cuda::sm90

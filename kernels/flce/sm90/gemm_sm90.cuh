@@ -105,8 +105,10 @@ void launch(const typename Gemm::Arguments& args, const Workspace& ws, cudaStrea
 
 // A persistent GEMM from a collective epilogue and the mainloop the builder picks
 // for it (stages: what shared memory leaves after the epilogue's), with the
-// problem shape (M, N, K, L) and the static persistent tile scheduler.
-template <class E, class LayoutA, class LayoutB, class V, class CollectiveEpilogue>
+// problem shape (M, N, K, L) and a persistent tile scheduler (the static one
+// unless named).
+template <class E, class LayoutA, class LayoutB, class V, class CollectiveEpilogue,
+          class Scheduler = cutlass::gemm::PersistentScheduler>
 struct Persistent {
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, 8, E, LayoutB, 8, float, typename V::Tile,
@@ -115,7 +117,7 @@ struct Persistent {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename V::Mainloop>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
-                                                      CollectiveEpilogue, cutlass::gemm::PersistentScheduler>;
+                                                      CollectiveEpilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -203,6 +205,51 @@ struct DwGemm {
     check_tma(a.dz, a.ld_dz, sizeof(E), "dZ"), check_tma(a.x, a.hidden, sizeof(E), "X");
     check_tma(a.dw, a.hidden, sizeof(Out), "dW");
     launch<Gemm>(args, ws, st, "dW");
+  }
+};
+
+// dX [rows, H] = q·W, one output per row chunk (the one pass: K = V, beta = 0).
+// A = the tile [rows, ld_tile] row-major (K-major), B = W [V, H] viewed [H, V]
+// (N-major), D = dX's rows. Stream-K: the output is small for its K (Qwen2.5-7B's
+// 1280 × 3584 is 140 tiles of 128×256, 1.06 waves of 132 SMs), so data-parallel
+// tiles leave SMs idle for a whole sweep of V; stream-K gives every SM an equal
+// share of the K iterations and merges the split tiles' partial sums through the
+// workspace in a fixed order (Deterministic: the same sums every run). Where the
+// context's workspace cannot hold those partials it runs data-parallel, which
+// needs none (variants.hpp says where the default takes it).
+template <class T, class V>
+struct DxGemm {
+  using E = typename CutlassType<T>::type;
+  static constexpr int kAlign = 16 / sizeof(E);
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename V::Tile, typename V::Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, kAlign, E,
+      cutlass::layout::RowMajor, kAlign, typename V::Epilogue>::CollectiveOp;
+  using Built = Persistent<E, cutlass::layout::RowMajor, cutlass::layout::RowMajor, V, CollectiveEpilogue,
+                           cutlass::gemm::StreamKScheduler>;
+  using Kernel = typename Built::Kernel;
+  using Gemm = typename Built::Gemm;
+  using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+
+  static void run(const DxArgs& a, const Workspace& ws, cudaStream_t st) {
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {static_cast<int>(a.rows), static_cast<int>(a.hidden), static_cast<int>(a.cols), 1};
+    args.mainloop.ptr_A = static_cast<const E*>(a.dz);
+    args.mainloop.dA = leading<typename Kernel::StrideA>(a.ld_dz);
+    args.mainloop.ptr_B = static_cast<const E*>(a.w);
+    args.mainloop.dB = leading<typename Kernel::StrideB>(a.hidden);
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_D = static_cast<E*>(a.dx);
+    args.epilogue.dD = leading<typename Kernel::StrideD>(a.hidden);
+    args.hw_info.sm_count = sm_count_of_current_device();
+    args.scheduler.decomposition_mode = Mode::StreamK;
+    args.scheduler.reduction_mode = decltype(args.scheduler.reduction_mode)::Deterministic;
+    if (Gemm::get_workspace_size(args) > ws.bytes) args.scheduler.decomposition_mode = Mode::DataParallel;
+    check_tma(a.dz, a.ld_dz, sizeof(E), "q"), check_tma(a.w, a.hidden, sizeof(E), "W");
+    check_tma(a.dx, a.hidden, sizeof(E), "dX");
+    launch<Gemm>(args, ws, st, "dX");
   }
 };
 

@@ -11,6 +11,8 @@ template <int I>
 struct LogitsVariant;
 template <int I>
 struct DwVariant;
+template <int I>
+struct DxVariant;
 #define CELTUNE_SM90_ROW(role, idx, bm, bn, bk, cm, cn, pp) \
   template <>                                              \
   struct role<idx> {                                       \
@@ -18,10 +20,13 @@ struct DwVariant;
   };
 #define CELTUNE_SM90_LOGITS_ROW(idx, bm, bn, bk, cm, cn, pp, name) CELTUNE_SM90_ROW(LogitsVariant, idx, bm, bn, bk, cm, cn, pp)
 #define CELTUNE_SM90_DW_ROW(idx, bm, bn, bk, cm, cn, pp, name) CELTUNE_SM90_ROW(DwVariant, idx, bm, bn, bk, cm, cn, pp)
+#define CELTUNE_SM90_DX_ROW(idx, bm, bn, bk, cm, cn, pp, name) CELTUNE_SM90_ROW(DxVariant, idx, bm, bn, bk, cm, cn, pp)
 CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_LOGITS_ROW)
 CELTUNE_SM90_DW_VARIANTS(CELTUNE_SM90_DW_ROW)
+CELTUNE_SM90_DX_VARIANTS(CELTUNE_SM90_DX_ROW)
 #undef CELTUNE_SM90_LOGITS_ROW
 #undef CELTUNE_SM90_DW_ROW
+#undef CELTUNE_SM90_DX_ROW
 #undef CELTUNE_SM90_ROW
 
 }  // namespace celtune::cuda::sm90
@@ -38,4 +43,11 @@ CELTUNE_SM90_DW_VARIANTS(CELTUNE_SM90_DW_ROW)
   void CELTUNE_SM90_DW_FN(idx, dt, out)(const DwArgs& a, const Workspace& ws, cudaStream_t st) {       \
     DwGemm<T, DwVariant<idx>::type, OutF32>::run(a, ws, st);                                          \
   }                                                                                                   \
+  }
+
+#define CELTUNE_SM90_DEFINE_DX(idx, dt, T)                                                     \
+  namespace celtune::cuda::sm90 {                                                              \
+  void CELTUNE_SM90_DX_FN(idx, dt)(const DxArgs& a, const Workspace& ws, cudaStream_t st) {     \
+    DxGemm<T, DxVariant<idx>::type>::run(a, ws, st);                                           \
+  }                                                                                            \
   }

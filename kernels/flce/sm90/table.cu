@@ -19,8 +19,12 @@ namespace celtune::cuda::sm90 {
   void CELTUNE_SM90_DW_FN(idx, bf16, f32)(const DwArgs&, const Workspace&, cudaStream_t); \
   void CELTUNE_SM90_DW_FN(idx, fp16, out)(const DwArgs&, const Workspace&, cudaStream_t); \
   void CELTUNE_SM90_DW_FN(idx, fp16, f32)(const DwArgs&, const Workspace&, cudaStream_t);
+#define CELTUNE_SM90_DECLARE_DX(idx, bm, bn, bk, cm, cn, pp, name)                  \
+  void CELTUNE_SM90_DX_FN(idx, bf16)(const DxArgs&, const Workspace&, cudaStream_t); \
+  void CELTUNE_SM90_DX_FN(idx, fp16)(const DxArgs&, const Workspace&, cudaStream_t);
 CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_DECLARE_LOGITS)
 CELTUNE_SM90_DW_VARIANTS(CELTUNE_SM90_DECLARE_DW)
+CELTUNE_SM90_DX_VARIANTS(CELTUNE_SM90_DECLARE_DX)
 
 namespace {
 using LogitsFn = void (*)(const LogitsArgs&, const Workspace&, cudaStream_t);
@@ -31,9 +35,14 @@ using DwFn = void (*)(const DwArgs&, const Workspace&, cudaStream_t);
 #define CELTUNE_SM90_DW_ENTRY(idx, bm, bn, bk, cm, cn, pp, name)                                                \
   {CELTUNE_SM90_DW_FN(idx, bf16, out), CELTUNE_SM90_DW_FN(idx, bf16, f32), CELTUNE_SM90_DW_FN(idx, fp16, out), \
    CELTUNE_SM90_DW_FN(idx, fp16, f32)},
-// Per row: {bf16 tile, bf16 stats, fp16 tile, fp16 stats} and {bf16 out, bf16 f32, fp16 out, fp16 f32}.
+using DxFn = void (*)(const DxArgs&, const Workspace&, cudaStream_t);
+#define CELTUNE_SM90_DX_ENTRY(idx, bm, bn, bk, cm, cn, pp, name) \
+  {CELTUNE_SM90_DX_FN(idx, bf16), CELTUNE_SM90_DX_FN(idx, bf16), CELTUNE_SM90_DX_FN(idx, fp16), CELTUNE_SM90_DX_FN(idx, fp16)},
+// Per row: {bf16 tile, bf16 stats, fp16 tile, fp16 stats}, {bf16 out, bf16 f32,
+// fp16 out, fp16 f32} and dX's {bf16, bf16, fp16, fp16} (dtype_slot's layout).
 const LogitsFn kLogits[][4] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_LOGITS_ENTRY)};
 const DwFn kDw[][4] = {CELTUNE_SM90_DW_VARIANTS(CELTUNE_SM90_DW_ENTRY)};
+const DxFn kDx[][4] = {CELTUNE_SM90_DX_VARIANTS(CELTUNE_SM90_DX_ENTRY)};
 
 int dtype_slot(DType t) {
   if (t == DType::fp32) fail_usage("the fused flce path takes bf16 or fp16 inputs (fp32 runs on cuBLASLt)");
@@ -71,6 +80,10 @@ void logits_stats(int variant, DType t, const LogitsArgs& a, const Workspace& ws
 
 void dw_gemm(int variant, DType t, const DwArgs& a, const Workspace& ws, cudaStream_t st) {
   row_at(kDw, variant)[dtype_slot(t) + (a.dw_fp32 ? 1 : 0)](a, ws, st);
+}
+
+void dx_gemm(int variant, DType t, const DxArgs& a, const Workspace& ws, cudaStream_t st) {
+  row_at(kDx, variant)[dtype_slot(t)](a, ws, st);
 }
 
 }  // namespace celtune::cuda::sm90

@@ -20,5 +20,6 @@ bool available(int, std::string* why) {
 }
 void logits_stats(int, DType, const LogitsArgs&, const Workspace&, cudaStream_t) { fail_usage(kWhy); }
 void dw_gemm(int, DType, const DwArgs&, const Workspace&, cudaStream_t) { fail_usage(kWhy); }
+void dx_gemm(int, DType, const DxArgs&, const Workspace&, cudaStream_t) { fail_usage(kWhy); }
 
 }  // namespace celtune::cuda::sm90

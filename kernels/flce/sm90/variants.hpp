@@ -58,6 +58,12 @@
 #define CELTUNE_SM90_DW_VARIANTS(X)                       \
   X(0, 256, 128, 64, 1, 2, false, "256x128x64_1x2x1_coop") \
   X(1, 192, 128, 64, 1, 2, true, "192x128x64_1x2x1_pp")
+// dX of the one pass (gemm_sm90.cuh's DxGemm: cooperative, stream-K; the
+// cluster's two CTAs along M share the W tile). No row is the default: a config
+// names one in dx_kernel, else dX runs on cuBLASLt. 128×256 with the 2×1
+// cluster was the fastest of three tiles at 1024–1536 rows (scripts/probe/dx_gemm.cu,
+// H200, sixty-third session).
+#define CELTUNE_SM90_DX_VARIANTS(X) X(0, 128, 256, 64, 2, 1, false, "128x256x64_2x1x1_sk")
 
 // The dW variant of the fused forward+backward default (flce/space.cpp): row 1,
 // whose read-modify-write of dW runs under the other warp group's mainloop. Same
@@ -66,6 +72,25 @@
 // 1.007× against 1.126 / 1.101×; Llama-3-70B N = 8192 1.008 / 0.990× against
 // 1.094 / 1.072× (docs/results.md, 2026-11-24, twenty-fourth session).
 inline constexpr int kSm90PingpongDwVariant = 1;
+
+// Where the fused forward+backward default runs dX on the CUTLASS row 0
+// (stream-K) instead of cuBLASLt: the one pass with the GEMM workspace, and
+// the row chunk's dX in that row's 128×256 tiles more than one wave of an
+// H100 or H200's 132 SMs but filling the last wave less than 70%, where a
+// data-parallel tiling idles SMs for a sweep of V. Same process, the shipped
+// H200 rows against them with the stream-K dX, N = 8192 unless named, ms
+// (sixty-third session): Qwen2.5-7B (1536-row chunks: 12 × 14 = 168 tiles,
+// 64% of two waves) 41.77 → 39.47, N = 4096 20.83 → 19.63, N = 16384 83.86 →
+// 80.39; no better where the tiles fill their waves (Llama-3-8B, 2048 rows:
+// 256 tiles, 38.07 / 38.10; Mistral-7B 10.10 / 10.14) and worse at Llama-3-70B
+// (512 tiles: 77.41 → 79.60) and Gemma-2-2B (1024 rows at H = 2304, 72 tiles,
+// under one wave: 44.21 → 45.37), where cuBLASLt picks its own narrower tiles.
+inline constexpr long long kSm90DxStreamKSms = 132;
+inline bool sm90_dx_stream_k(long long rows, long long hidden) {
+  const long long tiles = (rows + 127) / 128 * ((hidden + 255) / 256);
+  const long long waves = (tiles + kSm90DxStreamKSms - 1) / kSm90DxStreamKSms;
+  return tiles > kSm90DxStreamKSms && tiles * 10 < waves * kSm90DxStreamKSms * 7;
+}
 
 // dW of impl fused may also run on cuBLASLt (its beta = 1 GEMM, as the cuBLASLt
 // path runs it): a config names it so in dw_kernel. On the H100 at 896-row chunks
@@ -79,6 +104,7 @@ inline constexpr const char* kDwOnCublaslt = "cublaslt";
 #define CELTUNE_SM90_NAME(idx, bm, bn, bk, cm, cn, pp, name) name,
 inline constexpr const char* kSm90LogitsVariantNames[] = {CELTUNE_SM90_LOGITS_VARIANTS(CELTUNE_SM90_NAME)};
 inline constexpr const char* kSm90DwVariantNames[] = {CELTUNE_SM90_DW_VARIANTS(CELTUNE_SM90_NAME)};
+inline constexpr const char* kSm90DxVariantNames[] = {CELTUNE_SM90_DX_VARIANTS(CELTUNE_SM90_NAME)};
 #undef CELTUNE_SM90_NAME
 #define CELTUNE_SM90_BLOCK_M(idx, bm, bn, bk, cm, cn, pp, name) bm,
 #define CELTUNE_SM90_BLOCK_N(idx, bm, bn, bk, cm, cn, pp, name) bn,
@@ -198,3 +224,4 @@ static_assert(kSm90ScaledDzMaxSoftcap <= kSm90FixedReferenceMaxSoftcap);
 // Entry points defined by the translation units.
 #define CELTUNE_SM90_LOGITS_FN(idx, dt, store) logits_v##idx##_##dt##_##store
 #define CELTUNE_SM90_DW_FN(idx, dt, out) dw_v##idx##_##dt##_##out
+#define CELTUNE_SM90_DX_FN(idx, dt) dx_v##idx##_##dt

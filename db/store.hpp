@@ -103,9 +103,10 @@ class Store {
   int64_t config_id(const KernelConfig& c);
   void migrate();
   // Runs fn, retrying it whole while another process holds the lock, until one
-  // deadline (busy_ms_ from the first try) passes; then Error(environment)
-  // naming the lock. Nested calls share the outermost deadline.
-  void retry_busy(const std::function<void()>& fn);
+  // deadline (busy_ms_ from the first try, or `until`) passes; then
+  // Error(environment) naming the lock. Nested calls share the outermost deadline.
+  void retry_busy(const std::function<void()>& fn,
+                  std::optional<std::chrono::steady_clock::time_point> until = std::nullopt);
   [[noreturn]] void fail_locked() const;
   void commit();  // inside retry_busy: COMMIT, retried alone until the deadline
   // Error(environment) when a row refers to a missing device, problem or config

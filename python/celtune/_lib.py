@@ -57,8 +57,10 @@ def library_path() -> Path:
     env = os.environ.get("CELTUNE_LIBRARY")
     if env:
         p = Path(env)
-        if not p.is_file():
+        if not p.exists():
             raise ImportError(f"CELTUNE_LIBRARY={env}: no such file")
+        if not p.is_file():
+            raise ImportError(f"CELTUNE_LIBRARY={env}: not a file (set it to libceltune.so itself)")
         return p
     here = Path(__file__).resolve().parent
     for name in ("libceltune.so", "libceltune.dylib"):
@@ -82,7 +84,14 @@ def lib() -> ctypes.CDLL:
 
 
 def _load(path: Path) -> ctypes.CDLL:
-    L = ctypes.CDLL(str(path))
+    # One exception for any file that is not a loadable libceltune: ctypes says
+    # OSError for a non-library and AttributeError for a library without our
+    # symbols (a helper's probe, sixty-third session).
+    try:
+        L = ctypes.CDLL(str(path))
+        L.celtune_create  # noqa: B018 (the lookup is the check)
+    except (OSError, AttributeError) as e:
+        raise ImportError(f"{path} is not a loadable libceltune ({e})") from e
     ctx_pp = POINTER(c_void_p)
     L.celtune_create.argtypes = [ctx_pp, c_char_p]
     L.celtune_create_cpu.argtypes = [ctx_pp, c_char_p]

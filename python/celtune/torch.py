@@ -52,6 +52,14 @@ _contexts: dict[int, _lib.Context] = {}
 _contexts_lock = threading.Lock()
 
 
+def _flag(value, name: str) -> bool:
+    """A yes/no option as a bool: any non-empty string is truthy, so
+    inplace_backward="no" used to mean yes (a helper's probe, sixty-third session)."""
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise CeltuneInvalidArgument(f"celtune: {name} must be True or False, got {value!r}")
+
+
 def _device_index(dev: torch.device) -> int:
     if dev.type == "cpu":
         return -1
@@ -1044,7 +1052,7 @@ def cross_entropy(input: Tensor, target: Tensor, *, ignore_index: int = -100, re
         _check_no_tokens(lambda: _ce_args(z, tgt, ign, red, *opts, _lib.FORWARD), z.device)
         return _no_tokens(z, red, target.shape)
     with_grad = torch.is_grad_enabled() and z.requires_grad
-    inplace = bool(inplace_backward) and with_grad
+    inplace = _flag(inplace_backward, "inplace_backward") and with_grad
     if inplace and not z.is_contiguous():  # refused here, not first in backward
         raise CeltuneInvalidArgument("celtune: inplace_backward needs contiguous logits (a slice of a padded "
                                      "vocabulary is not): pass contiguous logits, or inplace_backward=False")
@@ -1081,7 +1089,7 @@ def explain(input: Tensor, weight: Optional[Tensor], target: Tensor, bias: Optio
     """
     red = _reduction_code(reduction)
     ign = _ignore_index(ignore_index)
-    mode = _lib.FORWARD_BACKWARD if backward else _lib.FORWARD
+    mode = _lib.FORWARD_BACKWARD if _flag(backward, "backward") else _lib.FORWARD
     opts = (red, *_options(label_smoothing, softcap, z_loss, config), mode)
     if weight is None:
         if bias is not None:  # accepted unread, where cross_entropy has no bias to check

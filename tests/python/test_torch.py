@@ -1263,3 +1263,39 @@ def test_tensors_on_a_device_other_than_the_current_one():
         assert torch.cuda.current_device() == 0
     finally:
         torch.cuda.set_device(prev)
+
+
+def test_a_bad_library_path_is_one_clear_import_error(tmp_path, monkeypatch):
+    # ctypes says OSError for a file that is no library and AttributeError for
+    # a library without celtune's symbols; a folder read as "no such file".
+    from pathlib import Path
+
+    from celtune import _lib as lib_mod
+
+    monkeypatch.setenv("CELTUNE_LIBRARY", str(tmp_path))
+    with pytest.raises(ImportError, match="not a file"):
+        lib_mod.library_path()
+    monkeypatch.setenv("CELTUNE_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(ImportError, match="no such file"):
+        lib_mod.library_path()
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not a library")
+    with pytest.raises(ImportError, match="not a loadable libceltune"):
+        lib_mod._load(junk)
+    libm = next((p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                             "/lib64/libm.so.6") if Path(p).is_file()), None)
+    if libm:
+        with pytest.raises(ImportError, match="not a loadable libceltune"):
+            lib_mod._load(Path(libm))
+
+
+def test_yes_no_options_take_bools_only():
+    # inplace_backward="no" was truthy, and so in place.
+    z = torch.randn(4, 10, requires_grad=True)
+    y = torch.randint(0, 10, (4,))
+    with pytest.raises(ct.CeltuneInvalidArgument, match="inplace_backward must be True or False"):
+        ct.cross_entropy(z * 1, y, inplace_backward="no")
+    ct.cross_entropy(z * 1, y, inplace_backward=0).backward()
+    x, w = torch.randn(4, 8), torch.randn(10, 8)
+    with pytest.raises(ct.CeltuneInvalidArgument, match="backward must be True or False"):
+        ct.explain(x, w, y, backward="no")

@@ -265,6 +265,8 @@ size_t parse_bytes(const std::string& s, const std::string& what) {
     if (r.ec == std::errc::result_out_of_range) out_of_range();
     if (r.ec != std::errc() || r.ptr != end) malformed();
     if (!(v * static_cast<double>(m) < 0x1p63)) out_of_range();
+    // Of bytes themselves it means nothing: "1.5" was taken as 1 byte, silently.
+    if (m == 1) fail_usage(what + ": size '" + s + "' is a fraction of a byte: give whole bytes or a unit (1.5GiB)");
     return static_cast<size_t>(v * static_cast<double>(m));
   }
   // A whole number exactly: through a double, 2^63 - 1 rounded up to 2^63 and was refused.

@@ -484,6 +484,10 @@ TEST_CASE("parse_bytes: whole numbers exactly up to 2^63 - 1, fractions through 
     }
     return std::string("accepted");
   };
+  // A fraction of a byte was truncated silently ("1.5" became 1 byte).
+  for (const char* s : {"1.5", "1.5B", "0.5"})
+    CHECK_MESSAGE(refusal(s).find("fraction of a byte") != std::string::npos, refusal(s));
+  CHECK(parse_bytes("0.5KiB", "x") == 512);
   // A number past what a double holds was "malformed"; it is out of range.
   for (const std::string& s : std::vector<std::string>{"9223372036854775808", "8589934592GiB",
                                                        "99999999999999999999999", std::string(400, '9') + ".5"})

@@ -55,10 +55,21 @@ inline size_t utf8_sequence_length(std::string_view s, size_t i) {
 }
 
 // Whether the n-byte sequence at s[i] is a control character: C0 (below 0x20),
-// DEL, or C1 (U+0080–U+009F, which terminals take as CSI, OSC, … as well).
+// DEL, or C1 (U+0080–U+009F, which terminals take as CSI, OSC, … as well), or
+// an invisible format character that reorders or hides text on a terminal:
+// the bidirectional marks, embeddings, overrides and isolates (U+061C,
+// U+200E–U+200F, U+202A–U+202E, U+2066–U+2069), the zero-width ones
+// (U+200B–U+200D, U+2060–U+2064) and U+FEFF. A device name holding U+202E was
+// imported and printed raw, reversing the rest of db list's row (a helper's
+// probe, sixty-third session).
 inline bool is_control(std::string_view s, size_t i, size_t n) {
   const auto c = static_cast<unsigned char>(s[i]);
-  return (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0);
+  const auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  if (n == 1) return c < 0x20 || c == 0x7f;
+  if (n == 2) return (c == 0xc2 && at(1) < 0xa0) || (c == 0xd8 && at(1) == 0x9c);
+  if (n == 3 && c == 0xe2 && at(1) == 0x80) return (at(2) >= 0x8b && at(2) <= 0x8f) || (at(2) >= 0xaa && at(2) <= 0xae);
+  if (n == 3 && c == 0xe2 && at(1) == 0x81) return (at(2) >= 0xa0 && at(2) <= 0xa4) || (at(2) >= 0xa6 && at(2) <= 0xa9);
+  return n == 3 && c == 0xef && at(1) == 0xbb && at(2) == 0xbf;
 }
 
 // s with each byte sequence that is not UTF-8, and each control character, as

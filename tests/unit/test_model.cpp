@@ -39,6 +39,12 @@ TEST_CASE("messages print what they echo escaped, UTF-8 kept") {
   CHECK(utf8_sequence_length("\xe2\x82", 0) == 0);
   // C1 controls (U+009B: the 8-bit CSI) are escaped as C0 ones are; U+00A0 is text.
   CHECK(printable_message("a\xc2\x9b" "2Jb\xc2\xa0") == "a\\xc2\\x9b" "2Jb\xc2\xa0");
+  // Invisible format characters that reorder or hide text: U+202E (right-to-left
+  // override), U+200B (zero width space), U+2066 (isolate), U+FEFF, U+061C; the
+  // punctuation beside them (U+2013, U+2014, U+2026, U+2212) is text.
+  CHECK(printable_message("a\u202eb\u200bc\u2066d\ufeffe\u061cf") ==
+        "a\\xe2\\x80\\xaeb\\xe2\\x80\\x8bc\\xe2\\x81\\xa6d\\xef\\xbb\\xbfe\\xd8\\x9cf");
+  CHECK(printable_message("1\u20132\u20143\u2026\u22124") == "1\u20132\u20143\u2026\u22124");
   // Not UTF-8: overlong forms, surrogates, past U+10FFFF.
   CHECK(utf8_sequence_length("\xc0\x80", 0) == 0);
   CHECK(utf8_sequence_length("\xe0\x80\x80", 0) == 0);

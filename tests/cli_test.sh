@@ -25,12 +25,17 @@ contains() {  # contains FILE TEXT description
     fails=$((fails + 1)); echo "FAIL: $3: '$2' not in $1"; sed 's/^/  | /' "$tmp/$1" | tail -10; fi
 }
 
-hold_lock() {  # hold_lock DB SECONDS: another writer's exclusive lock, held in the background ($locker)
+# hold_lock DB SECONDS [write]: another writer's exclusive lock, held in the
+# background ($locker); with `write`, a row written under it too (a rollback-
+# journal database then has its journal beside it, as while a writer commits).
+hold_lock() {
   rm -f "$tmp/locked"
-  python3 - "$1" "$tmp/locked" "$2" <<'PY' &
+  python3 - "$1" "$tmp/locked" "$2" "${3:-}" <<'PY' &
 import sqlite3, sys, time
 con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
 con.execute("BEGIN EXCLUSIVE")
+if sys.argv[4] == "write":
+    con.execute("INSERT INTO configs (json) VALUES ('{\"pad\":1}')")
 open(sys.argv[2], "w").close()
 time.sleep(float(sys.argv[3]))
 con.execute("ROLLBACK")
@@ -840,34 +845,20 @@ cmp -s "$tmp/out" "$tmp/hot.txt" && passes=$((passes + 1)) || { fails=$((fails +
 # they say it is locked. They used to fail at once, calling it an interrupted
 # write that needed rolling back (116 of 190 lookups during one import: a
 # helper's probe, sixty-third session).
-live_writer() {  # live_writer DB SECONDS ($writer)
-  rm -f "$tmp/writing"
-  python3 - "$1" "$tmp/writing" "$2" <<'PY' &
-import sqlite3, sys, time
-con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=0)
-con.execute("BEGIN EXCLUSIVE")
-con.execute("INSERT INTO configs (json) VALUES ('{\"pad\":1}')")
-open(sys.argv[2], "w").close()
-time.sleep(float(sys.argv[3]))
-con.execute("ROLLBACK")
-PY
-  writer=$!
-  for _ in $(seq 50); do [ -e "$tmp/writing" ] && break; sleep 0.1; done
-}
 cp "$tmp/rj.sqlite" "$tmp/live.sqlite"
-live_writer "$tmp/live.sqlite" 1
+hold_lock "$tmp/live.sqlite" 1 write
 [ -e "$tmp/live.sqlite-journal" ] && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the live writer left no journal"; }
 expect 0 "export while a live writer holds a rollback-journal database" -- env CELTUNE_BUSY_TIMEOUT_MS=10000 \
   "$celtune" db --db "$tmp/live.sqlite" export
-wait $writer
+wait $locker
 mv "$tmp/out" "$tmp/live.txt"
 expect 0 "export the committed copy" -- "$celtune" db --db "$tmp/rj.sqlite" export
 cmp -s "$tmp/out" "$tmp/live.txt" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the export that waited for a live writer"; }
-live_writer "$tmp/live.sqlite" 3
+hold_lock "$tmp/live.sqlite" 3 write
 expect 3 "export past the busy deadline of a live writer" -- env CELTUNE_BUSY_TIMEOUT_MS=300 \
   "$celtune" db --db "$tmp/live.sqlite" export
 contains err "stayed locked by another process" "a live writer's lock is named as a lock"
-wait $writer
+wait $locker
 expect 2 "malformed CELTUNE_BUSY_TIMEOUT_MS" -- env CELTUNE_BUSY_TIMEOUT_MS=abc "$celtune" db --db "$tmp/a.sqlite" list
 contains err "CELTUNE_BUSY_TIMEOUT_MS" "the message names the variable"
 

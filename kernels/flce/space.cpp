@@ -130,6 +130,12 @@ KernelConfig fused_seed(const Problem& p, KernelConfig f, int v = 0, size_t budg
   if (rc0 < p.tokens && f.row_chunk == 0 && f.one_pass(p)) f.dw_acc_fp32 = f.dx_acc_fp32 = true;
   return f;
 }
+
+// Where the CUTLASS dX GEMM can run: it writes one output over all of V
+// (validate_config), so only the one pass, and its stream-K partials take the
+// GEMM workspace (without it, it would run data-parallel: the cuBLASLt GEMM's
+// tiling without its split-K).
+bool cutlass_dx_fits(const Problem& p, const KernelConfig& c) { return c.one_pass(p) && c.workspace_mib > 0; }
 }  // namespace
 
 KernelConfig flce_fused_forward(const Problem& p) {
@@ -171,7 +177,7 @@ KernelConfig flce_fused_forward_backward(const Problem& p, size_t budget) {
   f.dw_kernel = kSm90DwVariantNames[kSm90PingpongDwVariant];
   // dX on the stream-K CUTLASS row where its tiles fill their last wave badly
   // (variants.hpp); its partial sums take the workspace.
-  if (f.one_pass(p) && f.workspace_mib > 0 && sm90_dx_stream_k(f.row_chunk_for(p), p.hidden))
+  if (cutlass_dx_fits(p, f) && sm90_dx_stream_k(f.row_chunk_for(p), p.hidden))
     f.dx_kernel = kSm90DxVariantNames[0];
   return f;
 }
@@ -248,7 +254,7 @@ SearchSpace flce_space(const Problem& p) {
       // constraint lets it run), then with dW on cuBLASLt.
       KernelConfig other_dx = f;
       other_dx.dx_kernel = f.dx_kernel.empty() ? kSm90DxVariantNames[0] : "";
-      if (other_dx.one_pass(p) && other_dx.workspace_mib > 0) s.seeds.push_back(other_dx);
+      if (cutlass_dx_fits(p, other_dx)) s.seeds.push_back(other_dx);
       f.dw_kernel = kDwOnCublaslt;
       s.seeds.push_back(f);
     }
@@ -277,10 +283,7 @@ SearchSpace flce_space(const Problem& p) {
         return false;
       }
     }
-    // The CUTLASS dX GEMM writes one output over all of V (validate_config), and
-    // without the workspace for its stream-K partials it would run data-parallel,
-    // the cuBLASLt GEMM's tiling without its split-K.
-    if (!c.dx_kernel.empty() && (!c.one_pass(pr) || c.workspace_mib == 0)) {
+    if (!c.dx_kernel.empty() && !cutlass_dx_fits(pr, c)) {
       if (why) *why = "the CUTLASS dX GEMM needs the one pass and the GEMM workspace";
       return false;
     }

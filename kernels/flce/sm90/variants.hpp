@@ -78,13 +78,13 @@ inline constexpr int kSm90PingpongDwVariant = 1;
 // the row chunk's dX in that row's 128×256 tiles more than one wave of an
 // H100 or H200's 132 SMs but filling the last wave less than 70%, where a
 // data-parallel tiling idles SMs for a sweep of V. Same process, the shipped
-// H200 rows against them with the stream-K dX, N = 8192 unless named, ms
-// (sixty-third session): Qwen2.5-7B (1536-row chunks: 12 × 14 = 168 tiles,
-// 64% of two waves) 41.77 → 39.47, N = 4096 20.83 → 19.63, N = 16384 83.86 →
-// 80.39; no better where the tiles fill their waves (Llama-3-8B, 2048 rows:
-// 256 tiles, 38.07 / 38.10; Mistral-7B 10.10 / 10.14) and worse at Llama-3-70B
-// (512 tiles: 77.41 → 79.60) and Gemma-2-2B (1024 rows at H = 2304, 72 tiles,
-// under one wave: 44.21 → 45.37), where cuBLASLt picks its own narrower tiles.
+// H200 rows against them with the stream-K dX, N = 8192 unless named, medians,
+// ms (sixty-third session): Qwen2.5-7B (1536-row chunks: 12 × 14 = 168 tiles,
+// 64% of two waves) 42.25 → 39.92, N = 4096 20.99 → 19.81, N = 16384 84.62 →
+// 81.10; no better where the tiles fill their waves (Llama-3-8B, 2048 rows:
+// 256 tiles, 38.89 / 38.81; Mistral-7B 10.25 / 10.24) and worse at Llama-3-70B
+// (512 tiles: 77.85 → 81.36) and Gemma-2-2B (1024 rows at H = 2304, 72 tiles,
+// under one wave: 44.74 → 46.08), where cuBLASLt picks its own narrower tiles.
 inline constexpr long long kSm90DxStreamKSms = 132;
 inline bool sm90_dx_stream_k(long long rows, long long hidden) {
   const long long tiles = (rows + 127) / 128 * ((hidden + 255) / 256);

@@ -342,7 +342,7 @@ PY
 nbad=$(grep -c "breaks a rule" "$tmp/err")
 expect 0 "report with a stored config the rules refuse" -- "$celtune" report --db "$tmp/badcfg.sqlite" -o "$tmp/badrep"
 contains err "breaks a rule (block_size must be" "report names the row and the rule"
-grep -q "invalid config" "$tmp/badrep/speedup.svg" && ! grep -q "block_size 48" "$tmp/badrep"/vchunk-*.svg \
+grep -q "invalid config" "$tmp/badrep/speedup-1.svg" && ! grep -q "block_size 48" "$tmp/badrep"/vchunk-*.svg \
   && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report plotted the refused config unmarked"; }
 # A row with a time the rules refuse (a median of −1 ms, edited by hand) is marked
 # as a refused config is, and the runtime skips it (list and lookup once showed it plain).
@@ -420,7 +420,7 @@ expect 0 "tune with a --prior holding a config the rules refuse" -- "$celtune" t
   --dtype bf16 --db "$tmp/badprior.sqlite" --prior "$tmp/badcfg.sqlite" --min-runs 3 --max-runs 3 --budget 2 --json
 contains err "badcfg.sqlite: the best config stored for" "tune names the prior database holding the row"
 expect 0 "report" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/report"
-test -s "$tmp/report/speedup.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
+test -s "$tmp/report/speedup-1.svg" && test -s "$tmp/report/vchunk-1.svg" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report wrote no SVG"; }
 # A refused report takes away the output folder it made (an empty one stayed).
 expect 2 "report of a problem not in the database" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/norep" \
   --problem "flce:N48:H16:V701:bf16:int64:ign-100:mean:ls0:cap0:z0:nobias:fwd"
@@ -438,12 +438,68 @@ expect 0 "report again, one problem" -- "$celtune" report --db "$tmp/t.sqlite" -
   passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report removed or named a folder of the user's"; cat "$tmp/out"; }
 rm -rf "$tmp/report/vchunk-97.svg" "$tmp/report/vchunk-98.svg"
 # A plot that cannot be written changes nothing: no "wrote", no half report.
-mkdir -p "$tmp/half/vchunk-1.svg" && echo OLD >"$tmp/half/speedup.svg"
+mkdir -p "$tmp/half/vchunk-1.svg" && echo OLD >"$tmp/half/speedup-1.svg"
 expect 3 "report where a plot's name is a directory" -- "$celtune" report --db "$tmp/t.sqlite" -o "$tmp/half"
 contains err "is not a regular file; the folder is unchanged" "report says why and that nothing changed"
-[ ! -s "$tmp/out" ] && [ "$(cat "$tmp/half/speedup.svg")" = OLD ] && [ "$(ls "$tmp/half" | wc -l)" = 2 ] &&
+[ ! -s "$tmp/out" ] && [ "$(cat "$tmp/half/speedup-1.svg")" = OLD ] && [ "$(ls "$tmp/half" | wc -l)" = 2 ] &&
   passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: a failed report changed the folder"; ls -la "$tmp/half"; }
 expect 3 "report of a missing database" -- "$celtune" report --db "$tmp/nothing.sqlite" -o "$tmp/report2"
+# Medians one ulp apart: the tick step no longer moved the tick, and report
+# ran until memory ran out. Ticks are as many as drawn, each label distinct.
+"$celtune" db --db "$tmp/t.sqlite" export -o "$tmp/ulp.jsonl" 2>/dev/null
+python3 - "$tmp/ulp.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in rows if r["record"] == "measurement" and r["status"] == "ok"]
+b0 = min(r["config"]["block_size"] for r in rows)
+with open(sys.argv[1], "w") as out:
+    for r in rows:
+        v = 1.0 if r["config"]["block_size"] == b0 else math.nextafter(1.0, math.inf)
+        r["stats"].update(median_ms=v, p20_ms=v, p80_ms=v, spread=0.0)
+        out.write(json.dumps(r) + "\n")
+PY
+expect 0 "import medians one ulp apart" -- "$celtune" db --db "$tmp/ulp.sqlite" import "$tmp/ulp.jsonl"
+expect 0 "report of medians one ulp apart" -- timeout 60 "$celtune" report --db "$tmp/ulp.sqlite" -o "$tmp/ulp-rep"
+python3 - "$tmp/ulp-rep" <<'PY' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: the ulp report's ticks"; }
+import glob, re, sys, xml.dom.minidom as m
+files = glob.glob(sys.argv[1] + "/vchunk-*.svg"); assert files
+for f in files:
+    m.parse(f)
+    ticks = re.findall(r"text-anchor='end'>([^<]*)<", open(f).read())
+    assert 3 <= len(ticks) <= 12 and len(set(ticks)) == len(ticks), ticks
+PY
+# One plot a problem, device and kernel build, each named so: problems that
+# differ in softcap alone had one title, another build's rows set the axis of
+# this build's plot, and every device's bars shared one unlabelled chart.
+expect 0 "tune the same shape with a softcap" -- "$celtune" tune --device cpu --shape 48,16,700 --dtype bf16 \
+  --softcap 30 --mode fwd --db "$tmp/mix.sqlite" --min-runs 3 --max-runs 3 --budget 2
+"$celtune" db --db "$tmp/t.sqlite" export -o "$tmp/mix.jsonl" 2>/dev/null
+python3 - "$tmp/mix.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+with open(sys.argv[1], "a") as out:
+    for r in rows:  # another build's measurements, and another device's rows
+        if r["record"] == "measurement":
+            out.write(json.dumps(dict(r, kernel_hash="0123456789abcdef")) + "\n")
+        r["device"]["name"] = "cpu: another"
+        out.write(json.dumps(r) + "\n")
+PY
+expect 0 "import another kernel build's rows" -- "$celtune" db --db "$tmp/mix.sqlite" import "$tmp/mix.jsonl"
+mkdir -p "$tmp/mix-rep" && echo OLD >"$tmp/mix-rep/speedup.svg"
+expect 0 "report problems, builds and a softcap" -- "$celtune" report --db "$tmp/mix.sqlite" -o "$tmp/mix-rep"
+python3 - "$tmp/mix-rep" <<'PY' && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: report's plots mix problems or builds"; ls "$tmp/mix-rep"; }
+import glob, os, re, sys
+d = sys.argv[1]
+title = lambda f: re.search(r"font-weight='bold'>([^<]*)<", open(f).read()).group(1)
+v = [title(f) for f in glob.glob(d + "/vchunk-*.svg")]
+assert len(v) == len(set(v)) == 7, v
+assert sum("cap30" in t for t in v) == 1 and sum("(kernels 01234567)" in t for t in v) == 2, v
+assert sum("cpu: another" in t for t in v) == 2, v
+sp = sorted(title(f) for f in glob.glob(d + "/speedup-*.svg"))
+assert len(sp) == 2 and sum("cpu: another" in t for t in sp) == 1, sp
+assert not os.path.exists(d + "/speedup.svg")
+PY
+contains out "removed $tmp/mix-rep/speedup.svg (an earlier report's)" "the old report's one chart is removed"
 expect 3 "db list of a missing file" -- "$celtune" db --db "$tmp/absent.sqlite" list
 expect 3 "lookup --db a missing file" -- "$celtune" lookup --device cpu --db "$tmp/absent.sqlite" --shape 8,16,50
 test ! -e "$tmp/absent.sqlite" && passes=$((passes + 1)) || { fails=$((fails + 1)); echo "FAIL: db list created a file"; }

@@ -1,7 +1,9 @@
 // celtune report: SVG plots of a tuning database.
 //   vchunk-<n>.svg   time against v_chunk, one line per block_size, for a problem
 //                    (each point: the fastest measured config with that pair)
-//   speedup.svg      tuned-over-default speedup per problem
+//   speedup-<n>.svg  tuned-over-default speedup per problem
+// One plot per device and kernel build (kernel_hash): the tuner and the runtime
+// never compare times across either, so neither does a plot.
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -10,11 +12,13 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "commands.hpp"
 #include "db/store.hpp"
+#include "kernels/kernel_hash.hpp"
 #include "model/error.hpp"
 #include "output.hpp"
 #include "svg.hpp"
@@ -26,9 +30,26 @@ struct ReportArgs {
   std::string db, out = "celtune-report", problem, device;
 };
 
+// The shape, and each option where it is not the plain default: two problems
+// that differed only in softcap were drawn under one title.
 std::string short_key(const Problem& p) {
-  return std::string(to_string(p.family)) + " N" + std::to_string(p.tokens) + " H" + std::to_string(p.hidden) +
-         " V" + std::to_string(p.vocab) + " " + std::string(to_string(p.dtype)) + " " + std::string(to_string(p.mode));
+  const LossOptions plain;
+  std::string k = std::string(to_string(p.family)) + " N" + std::to_string(p.tokens) + " H" +
+                  std::to_string(p.hidden) + " V" + std::to_string(p.vocab) + " " + std::string(to_string(p.dtype));
+  if (p.target_type != Problem{}.target_type) k += " " + std::string(to_string(p.target_type));
+  if (p.loss.ignore_index != plain.ignore_index) k += " ign" + std::to_string(p.loss.ignore_index);
+  if (p.loss.reduction != plain.reduction) k += " " + std::string(to_string(p.loss.reduction));
+  if (p.loss.label_smoothing != plain.label_smoothing) k += " ls" + format_double(p.loss.label_smoothing);
+  if (p.loss.softcap != plain.softcap) k += " cap" + format_double(p.loss.softcap);
+  if (p.loss.z_loss != plain.z_loss) k += " z" + format_double(p.loss.z_loss);
+  if (p.bias) k += " bias";
+  return k + " " + std::string(to_string(p.mode));
+}
+
+// Whose times a plot holds: a device, and the kernel build that ran there.
+using Group = std::pair<std::string, std::string>;  // device name, kernel hash
+std::string group_title(const Group& g) {
+  return g.first + " (kernels " + g.second.substr(0, 8) + (g.second == kKernelSourceHash ? ", this build's)" : ")");
 }
 
 }  // namespace
@@ -63,9 +84,11 @@ Action register_report(CLI::App& app) {
     } made{a->out, !out_existed};
     const auto meas = s.measurements();
     const auto best = s.best_entries();
-    // Time against v_chunk: per (device, problem), min over the other parameters.
-    std::map<std::pair<std::string, std::string>, std::map<int, std::map<int64_t, double>>> grid;
-    std::map<std::pair<std::string, std::string>, Problem> problems;
+    // Time against v_chunk: per (device, kernel build, problem), min over the
+    // other parameters.
+    using PlotKey = std::pair<Group, std::string>;
+    std::map<PlotKey, std::map<int, std::map<int64_t, double>>> grid;
+    std::map<PlotKey, Problem> problems;
     // A row the rules refuse (damage: import never stores one; a config they
     // refuse, a status neither ok nor failed, a missing median, once plotted at
     // 0 ms) is not plotted as a point of the search, and a best entry holding
@@ -80,7 +103,7 @@ Action register_report(CLI::App& app) {
         continue;
       }
       if (m.status != "ok") continue;
-      const auto key = std::make_pair(m.device.name, m.problem.key());
+      const PlotKey key{{m.device.name, m.kernel_hash}, m.problem.key()};
       problems[key] = m.problem;
       double& t = grid[key][m.config.block_size].try_emplace(m.config.v_chunk_for(m.problem), INFINITY).first->second;
       t = std::min(t, m.stats.median_ms);
@@ -110,26 +133,28 @@ Action register_report(CLI::App& app) {
         series.push_back(sr);
       }
       plots.emplace_back(std::filesystem::path(a->out) / ("vchunk-" + std::to_string(++n) + ".svg"),
-            line_chart(short_key(p) + " — " + key.first, "v_chunk (vocabulary columns per chunk)",
+            line_chart(short_key(p) + " — " + group_title(key.first), "v_chunk (vocabulary columns per chunk)",
                        "median time, ms (fastest config per point)", xs, series));
     }
-    std::vector<std::string> labels;
-    std::vector<double> speedups;
+    std::map<Group, std::pair<std::vector<std::string>, std::vector<double>>> bars;  // labels, speedups
     for (const auto& b : best) {
       if (!a->device.empty() && b.device.name != a->device) continue;
       const std::string note = db::broken_best_note(path, b);
       if (!note.empty()) write_warning(std::cerr, note + "; its bar is marked \"invalid config\"");
+      auto& [labels, speedups] = bars[{b.device.name, b.kernel_hash}];
       labels.push_back(short_key(b.problem) + (note.empty() ? "" : " (invalid config)"));
       speedups.push_back(b.speedup);
     }
-    if (!speedups.empty())
-      plots.emplace_back(std::filesystem::path(a->out) / "speedup.svg",
-            bar_chart("Tuned over built-in default", "speedup (default time / tuned time)", labels, speedups, 1.0));
+    int n_speedup = 0;
+    for (const auto& [g, bar] : bars)
+      plots.emplace_back(std::filesystem::path(a->out) / ("speedup-" + std::to_string(++n_speedup) + ".svg"),
+            bar_chart("Tuned over built-in default — " + group_title(g), "speedup (default time / tuned time)",
+                      bar.first, bar.second, 1.0));
     // The folder shows this database only: plots of an earlier report that this
-    // one did not rewrite (more problems then, or a speedup chart) would pass
-    // for this database's.
+    // one did not rewrite (more problems or devices then) would pass for this
+    // database's. speedup.svg is the one chart of reports before 2026-11-30.
     std::vector<std::filesystem::path> stale;
-    if (!grid.empty() || !speedups.empty())
+    if (!plots.empty())
       for (const auto& e : std::filesystem::directory_iterator(a->out, ec)) {
         // Only regular files: a report writes nothing else, and a directory (or
         // link) of such a name is the user's (one was removed, an empty one, and
@@ -137,19 +162,20 @@ Action register_report(CLI::App& app) {
         std::error_code st;
         if (!std::filesystem::is_regular_file(e.symlink_status(st)) || st) continue;
         const std::string name = e.path().filename().string();
-        // vchunk-<k>.svg with k past this report's last ("vchunk-" and ".svg"
-        // cannot overlap: such a name has at least 11 characters).
-        bool stale_vchunk = false;
-        if (name.starts_with("vchunk-") && name.ends_with(".svg")) {
-          const char *digits = name.data() + 7, *end = name.data() + name.size() - 4;
+        // <prefix><k>.svg with k past this report's last of that kind (the
+        // prefix and ".svg" cannot overlap: such a name is longer than both).
+        auto numbered_past = [&](std::string_view prefix, int last) {
+          if (!name.starts_with(prefix) || !name.ends_with(".svg") || name.size() <= prefix.size() + 4) return false;
+          const char *digits = name.data() + prefix.size(), *end = name.data() + name.size() - 4;
           int k = 0;
-          stale_vchunk = digits < end && std::from_chars(digits, end, k).ptr == end && k > n;
-        }
-        if (stale_vchunk || (name == "speedup.svg" && speedups.empty())) stale.push_back(e.path());
+          return std::from_chars(digits, end, k).ptr == end && k > last;
+        };
+        if (numbered_past("vchunk-", n) || numbered_past("speedup-", n_speedup) || name == "speedup.svg")
+          stale.push_back(e.path());
       }
     // A filter that matches nothing is the caller's (as an unparsable --problem
     // is); an empty database is the environment's.
-    if (grid.empty() && speedups.empty()) {
+    if (plots.empty()) {
       if (!a->problem.empty() || !a->device.empty())
         fail_usage("database " + path + " holds no measurements to plot for the --problem/--device given");
       fail_env("database " + path + " holds no measurements to plot");

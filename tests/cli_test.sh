@@ -1026,6 +1026,18 @@ if [ -w /dev/full ]; then
   [ "$(ls "$tmp/full-rep")" = "vchunk-99.svg" ] && passes=$((passes + 1)) \
     || { fails=$((fails + 1)); echo "FAIL: a report that exited 3 changed its folder"; ls "$tmp/full-rep"; }
   "$celtune" db --db "$tmp/full-import.sqlite" import "$tmp/faster.jsonl" >/dev/null
+  # A warning that cannot be written is no success either: export --skip-damaged
+  # left a row out, said so only on standard error, and exited 0 into /dev/full.
+  cp "$tmp/t.sqlite" "$tmp/full-warn.sqlite"
+  python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1])
+c.execute("UPDATE measurements SET median_ms = -1 WHERE rowid = (SELECT min(rowid) FROM measurements)"); c.commit()' \
+    "$tmp/full-warn.sqlite"
+  expect 0 "export --skip-damaged" -- "$celtune" db --db "$tmp/full-warn.sqlite" export --skip-damaged -o "$tmp/fw.jsonl"
+  contains err "1 damaged row left out of the export" "the warning says a row was left out"
+  expect 3 "export --skip-damaged 2> /dev/full" -- bash -c '"$0" db --db "$1" export --skip-damaged -o "$2" 2>/dev/full' \
+    "$celtune" "$tmp/full-warn.sqlite" "$tmp/fw2.jsonl"
+  expect 0 "a command with nothing to warn of 2> /dev/full" -- bash -c '"$0" db --db "$1" list >/dev/null 2>/dev/full' \
+    "$celtune" "$tmp/t.sqlite"
   # A reader that went away (a pipe whose read end is closed before the command
   # starts, so no race with the reader): SIGPIPE killed the process, exit 141,
   # leaving a report's staged plots and an import's new database.

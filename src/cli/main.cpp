@@ -69,7 +69,8 @@ std::string unknown_command(CLI::App& app, int argc, char** argv, bool only_comm
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+int run(int argc, char** argv) {
   using namespace celtune;
   // A reader that went away (`celtune report … | true`) killed the process by
   // SIGPIPE: exit 141, no word, a report's staged plots left behind and an
@@ -189,4 +190,16 @@ int main(int argc, char** argv) {
     std::cerr << "celtune: internal error: " << printable_message(e.what()) << '\n';
     return static_cast<int>(Status::environment);
   }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rc = run(argc, argv);
+  // A warning that never arrived (`2>/dev/full`) is not success either: a
+  // damaged row skipped, a database that could not be read, said to no one.
+  // Nothing can be said about it, so only the exit code tells (as gnulib's
+  // close_stdout does with standard error).
+  if (rc == 0 && (!std::cerr.flush() || std::ferror(stderr)))
+    return static_cast<int>(celtune::Status::environment);
+  return rc;
 }

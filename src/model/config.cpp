@@ -4,6 +4,7 @@
 #include <bit>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <ostream>
 #include <set>
@@ -265,9 +266,15 @@ size_t parse_bytes(const std::string& s, const std::string& what) {
     if (r.ec == std::errc::result_out_of_range) out_of_range();
     if (r.ec != std::errc() || r.ptr != end) malformed();
     if (!(v * static_cast<double>(m) < 0x1p63)) out_of_range();
-    // Of bytes themselves it means nothing: "1.5" was taken as 1 byte, silently.
+    // Of bytes themselves it means nothing: "1.5" was taken as 1 byte, silently,
+    // and so were "1.3KiB" (1331.2 bytes) and "0.0001KiB" (0, "fits no config").
+    const double bytes = v * static_cast<double>(m);
     if (m == 1) fail_usage(what + ": size '" + s + "' is a fraction of a byte: give whole bytes or a unit (1.5GiB)");
-    return static_cast<size_t>(v * static_cast<double>(m));
+    if (bytes != std::floor(bytes))
+      fail_usage(what + ": size '" + s + "' is " + format_double(bytes) +
+                 " bytes, a fraction of a byte: give whole bytes (" + std::to_string(static_cast<uint64_t>(bytes)) +
+                 ") or a size whole in bytes (1.5GiB)");
+    return static_cast<size_t>(bytes);
   }
   // A whole number exactly: through a double, 2^63 - 1 rounded up to 2^63 and was refused.
   uint64_t v = 0;

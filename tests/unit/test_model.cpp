@@ -494,6 +494,10 @@ TEST_CASE("parse_bytes: whole numbers exactly up to 2^63 - 1, fractions through 
   for (const char* s : {"1.5", "1.5B", "0.5"})
     CHECK_MESSAGE(refusal(s).find("fraction of a byte") != std::string::npos, refusal(s));
   CHECK(parse_bytes("0.5KiB", "x") == 512);
+  // So was one that a unit left a fraction ("0.0001KiB" became 0 bytes).
+  for (const char* s : {"1.3KiB", "0.0001KiB", "64.0000001MiB", "0.1GiB"})
+    CHECK_MESSAGE(refusal(s).find("a fraction of a byte: give whole bytes (") != std::string::npos, refusal(s));
+  CHECK(refusal("1.3KiB").find("is 1331.2 bytes") != std::string::npos);
   // A number past what a double holds was "malformed"; it is out of range.
   for (const std::string& s : std::vector<std::string>{"9223372036854775808", "8589934592GiB",
                                                        "99999999999999999999999", std::string(400, '9') + ".5"})

@@ -52,9 +52,15 @@ void validate_config(const Problem& p, const KernelConfig& c) {
   if (c.rows_per_block < 1 || c.rows_per_block > 64)
     fail_usage("rows_per_block must be in [1, 64], got " + std::to_string(c.rows_per_block));
   // A tile wider than a chunk would straddle two chunks' logits.
+  // A config that names v_chunk alone takes the type's block_size, which the
+  // caller never wrote (a helper's probe): the message says where it came from.
   if (c.v_chunk_for(p) < p.vocab && c.block_size > c.v_chunk_for(p))
     fail_usage("block_size " + std::to_string(c.block_size) + " exceeds v_chunk " +
-               std::to_string(c.v_chunk_for(p)));
+               std::to_string(c.v_chunk_for(p)) + ": give a block_size of at most the v_chunk" +
+               (c.block_size == KernelConfig{}.block_size
+                    ? " (a config that leaves block_size out has the config type's " +
+                          std::to_string(c.block_size) + ")"
+                    : ""));
   if (p.family == Family::ce && c.fused) {
     // Past a cluster's blocks a row is spread over the GPU, a segment a block in
     // registers (one tile a thread), the whole call in one launch.

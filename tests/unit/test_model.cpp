@@ -148,6 +148,9 @@ TEST_CASE("config JSON round-trip, validation and unknown keys") {
   CHECK_THROWS_AS(validate_config(p, bad), Error);
   bad = c, bad.v_chunk = 256, bad.block_size = 512;  // tile wider than the chunk
   CHECK_THROWS_AS(validate_config(p, bad), Error);
+  // A config naming v_chunk alone: the message says whose block_size it was.
+  CHECK_THROWS_WITH_AS(validate_config(p, parse_config_json("{\"v_chunk\": 100}")),
+                       doctest::Contains("a config that leaves block_size out has the config type's 1024"), Error);
   CHECK(c.v_chunk_for(p) == 5000);  // 8192 ≥ V: one pass
   CHECK(c.one_pass(p));
 

@@ -5,4 +5,8 @@ needs nothing beyond the standard library, and loads libceltune on first use.
 """
 from ._lib import CeltuneError, CeltuneInvalidArgument, library_path, version
 
-__all__ = ["CeltuneError", "CeltuneInvalidArgument", "library_path", "version"]
+# The project's version (meson.build), without loading the library as version()
+# does; a test holds the two equal.
+__version__ = "0.1.0"
+
+__all__ = ["CeltuneError", "CeltuneInvalidArgument", "library_path", "version", "__version__"]

@@ -39,6 +39,8 @@ from ._lib import CeltuneError, CeltuneInvalidArgument
 # The C API's option fields are floats: a double from 2^128 - 2^103 up rounds to
 # inf in one (3.4028235e38, NumPy's FLT_MAX as printed, still rounds to FLT_MAX).
 _FLT_OVERFLOW = 3.4028235677973366e38
+# ... and one of magnitude 2^-150 or less rounds to 0, which turns an option off.
+_FLT_UNDERFLOW = 2.0**-150
 
 __all__ = ["linear_cross_entropy", "cross_entropy", "explain", "check_targets", "LinearCrossEntropy", "CrossEntropy",
            "CeltuneError", "CeltuneInvalidArgument"]
@@ -52,10 +54,17 @@ _contexts: dict[int, _lib.Context] = {}
 _contexts_lock = threading.Lock()
 
 
+def _boolish(value) -> bool:
+    """A Python, NumPy or torch bool: what F.cross_entropy refuses as a number."""
+    # NumPy's bool type is numpy.bool_ before 2.0 and numpy.bool since.
+    return (isinstance(value, bool) or type(value).__name__ in ("bool", "bool_")
+            or (isinstance(value, Tensor) and value.dtype == torch.bool))
+
+
 def _flag(value, name: str) -> bool:
     """A yes/no option as a bool: any non-empty string is truthy, so
     inplace_backward="no" used to mean yes (a helper's probe, sixty-third session)."""
-    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)) or type(value).__name__ == "bool_":
+    if (_boolish(value) and not isinstance(value, Tensor)) or (isinstance(value, int) and value in (0, 1)):
         return bool(value)
     raise CeltuneInvalidArgument(f"celtune: {name} must be True or False, got {value!r}")
 
@@ -793,8 +802,9 @@ def _config_json(config) -> Optional[str]:
 
 
 def _real(name: str, value) -> float:
-    # float() took the string "0.1" and True as numbers, which F.cross_entropy refuses.
-    if isinstance(value, (str, bytes, bool)):
+    # float() took the string "0.1" and True as numbers, which F.cross_entropy
+    # refuses; and NumPy's and torch's bools too (softcap=torch.tensor(True) was 1).
+    if isinstance(value, (str, bytes)) or _boolish(value):
         raise CeltuneInvalidArgument(f"celtune: {name} must be a number, got {value!r}")
     try:
         v = float(value)
@@ -805,6 +815,11 @@ def _real(name: str, value) -> float:
     # (Comparisons, not math.isfinite: dynamo cannot trace that on a symbolic float.)
     if _FLT_OVERFLOW <= v < math.inf or -math.inf < v <= -_FLT_OVERFLOW:
         raise CeltuneInvalidArgument(f"celtune: {name} {v!r} is beyond the range of a float (3.4e38)")
+    # And 1e-46 arrived as 0, which means "off": softcap=1e-46 gave the uncapped
+    # loss where the library refuses 1e-45 (a helper's probe).
+    if 0 < v <= _FLT_UNDERFLOW or -_FLT_UNDERFLOW <= v < 0:
+        raise CeltuneInvalidArgument(f"celtune: {name} {v!r} is below the range of a float (1.4e-45): "
+                                     "it would arrive as 0, which turns the option off")
     return v
 
 
@@ -816,7 +831,7 @@ def _options(label_smoothing, softcap, z_loss, config) -> tuple:
 
 def _ignore_index(ignore_index) -> int:
     try:
-        if isinstance(ignore_index, bool):  # operator.index(True) is 1
+        if _boolish(ignore_index):  # operator.index(True) is 1, so is torch.tensor(True)'s
             raise TypeError
         if isinstance(ignore_index, Tensor) and ignore_index.dim() != 0:  # [3] passed operator.index
             raise TypeError

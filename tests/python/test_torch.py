@@ -1289,6 +1289,33 @@ def test_a_bad_library_path_is_one_clear_import_error(tmp_path, monkeypatch):
             lib_mod._load(Path(libm))
 
 
+def test_bools_are_not_numbers_and_tiny_options_not_zero():
+    # np.bool_ and torch bools slipped through as 1 (ignore_index=torch.tensor(True)
+    # ignored class 1); a softcap of 1e-46 arrived as 0, off, where 1e-45 is refused.
+    np = pytest.importorskip("numpy")
+    x, w = torch.randn(4, 8), torch.randn(5, 8)
+    y = torch.tensor([0, 1, 4, 2])
+    for yes in (True, np.bool_(True), torch.tensor(True)):
+        for name in ("label_smoothing", "z_loss", "softcap"):
+            with pytest.raises(ct.CeltuneInvalidArgument, match=f"{name} must be a number"):
+                ct.linear_cross_entropy(x, w, y, **{name: yes})
+        with pytest.raises(ct.CeltuneInvalidArgument, match="ignore_index must be an integer"):
+            ct.linear_cross_entropy(x, w, y, ignore_index=yes)
+    for name in ("label_smoothing", "z_loss", "softcap"):
+        with pytest.raises(ct.CeltuneInvalidArgument, match=f"{name} 1e-46 is below the range of a float"):
+            ct.linear_cross_entropy(x, w, y, **{name: 1e-46})
+    # The smallest float itself arrives whole, and the library judges it.
+    with pytest.raises(ct.CeltuneInvalidArgument, match="z-loss scale must be 0 or from 1.2e-38"):
+        ct.linear_cross_entropy(x, w, y, z_loss=2.0**-149)
+    ct.cross_entropy(torch.randn(4, 10, requires_grad=True) * 1, torch.randint(0, 10, (4,)),
+                     inplace_backward=np.bool_(True)).backward()
+
+
+def test_version_attribute_is_the_librarys():
+    import celtune
+    assert celtune.__version__ == celtune.version()
+
+
 def test_yes_no_options_take_bools_only():
     # inplace_backward="no" was truthy, and so in place.
     z = torch.randn(4, 10, requires_grad=True)

@@ -563,15 +563,15 @@ contains out "standard input holds no records" "standard input is named as such"
 grep -q "0 of 0" "$tmp/out" && { fails=$((fails + 1)); echo "FAIL: an empty import printed '0 of 0'"; } || passes=$((passes + 1))
 cat "$tmp/in.jsonl" "$tmp/in.jsonl" >"$tmp/twice.jsonl"
 expect 0 "import one best record twice" -- "$celtune" db --db "$tmp/sum.sqlite" import "$tmp/twice.jsonl"
-contains out "imported 2 records into $tmp/sum.sqlite: 1 best config added, 1 best config lost to another in the input" \
+contains out "imported 2 records into $tmp/sum.sqlite: 1 best config added, 1 best config left out for another in the input (one a device and problem)" \
   "a repeated record is counted once, as a repeat"
 expect 0 "import it again" -- "$celtune" db --db "$tmp/sum.sqlite" import "$tmp/in.jsonl"
-contains out "imported 1 record into $tmp/sum.sqlite: 1 best config lost to the stored one" "a stored record is not counted as new"
+contains out "imported 1 record into $tmp/sum.sqlite: 1 best config left out: the stored one is kept" "a stored record is not counted as new"
 expect 0 "merge two inputs that share a key into a new database" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" \
   -o "$tmp/sum-m.sqlite"
-contains out "1 best config added, 1 best config lost to another in the inputs" "the merge counts one row added, one lost"
+contains out "1 best config added, 1 best config left out for another in the inputs (one a device and problem)" "the merge counts one row added, one lost"
 expect 0 "merge them into a database holding the key" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/sum.sqlite"
-contains out "1 best config replaced the stored one, 1 best config lost to another in the inputs" \
+contains out "1 best config replaced the stored one, 1 best config left out for another in the inputs (one a device and problem)" \
   "the merge counts the faster one as replacing the stored row"
 expect 2 "malformed import line" -- "$celtune" db --db "$tmp/a.sqlite" import <(echo '{"record":"best"}')
 expect 2 "merge needs -o" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite"
@@ -620,7 +620,7 @@ b["speedup"] = b["default_ms"] / 0.001
 open(sys.argv[2], "w").write(json.dumps(b) + "\n")
 PY
 expect 0 "import a faster entry of other kernels" -- "$celtune" db --db "$tmp/h.sqlite" import "$tmp/stale.jsonl"
-contains out "1 best config lost to the stored one" "the stale entry was not kept"
+contains out "1 best config left out: the stored one is kept" "the stale entry was not kept"
 expect 0 "lookup after the import" -- "$celtune" lookup --device cpu --db "$tmp/h.sqlite" --shape 64,32,1000 --mode fwd
 contains out "exact" "the runtime still finds this build's entry"
 # bench --tuned times what the runtime would run: the database's entry, tagged,

@@ -124,8 +124,8 @@ std::string outcome(const db::ImportCounts& n, const std::string& input, const s
   part(n.best_added, "best config", "best configs", "added");
   part(n.best_replaced, "best config", "best configs", "replaced the stored one");
   part(n.best_kept_stored, "best config", "best configs",
-       "lost to the stored one (as fast or faster, or tuned with this build's kernels where it was not)");
-  part(n.best_beaten, "best config", "best configs", "lost to another in " + input);
+       "left out: the stored one is kept (as fast or faster, or tuned with this build's kernels where it was not)");
+  part(n.best_beaten, "best config", "best configs", "left out for another in " + input + " (one a device and problem)");
   const int64_t total = n.records();
   return std::to_string(total) + (total == 1 ? " record" : " records") + " into " + path + ": " + parts;
 }

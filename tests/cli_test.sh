@@ -805,6 +805,12 @@ contains err "expected a whole number from 20 to 10000" "the message gives --run
 expect 0 "--hidden 010 --vocab 0500 are decimal" -- "$celtune" lookup --device cpu --tokens 16 --hidden 010 --vocab 0500 --mode fwd
 contains out ":H10:V500:" "the problem is H 10, V 500"
 expect 2 "--vocab 0x1f4" -- "$celtune" lookup --device cpu --tokens 16 --hidden 32 --vocab 0x1f4 --mode fwd
+for opt in --label-smoothing --softcap --z-loss; do
+  expect 2 "$opt 0x1p-1" -- "$celtune" lookup --device cpu --tokens 16 --hidden 32 --vocab 500 --mode fwd $opt 0x1p-1
+  contains err "expected a decimal number, got 0x1p-1" "$opt names the hex number"
+done
+expect 2 "--tokens 5," -- "$celtune" lookup --device cpu --tokens 5, --hidden 32 --vocab 500 --mode fwd
+contains err "an empty item in token list '5,'" "the empty item is named"
 expect 0 "validate --seed 010 is seed 10" -- "$celtune" validate --device cpu --shape 4,8,100 --seed 010
 contains out "seed: 10" "the seed replayed is the one typed"
 
@@ -1505,6 +1511,11 @@ contains err "does not exist" "the missing folder is named"
 expect 3 "merge into a missing folder" -- "$celtune" db merge "$tmp/a.sqlite" "$tmp/b.sqlite" -o "$tmp/nodir/m.sqlite"
 expect 3 "export into a missing folder" -- "$celtune" db --db "$tmp/a.sqlite" export -o "$tmp/nodir/x.jsonl"
 contains err "its folder $tmp/nodir does not exist" "export names the missing folder"
+# A UTF-16 file read as "a NUL byte in JSON text", and no more.
+head -1 "$tmp/in.jsonl" | python3 -c 'import sys; sys.stdout.buffer.write(sys.stdin.read().encode("utf-16"))' \
+  >"$tmp/utf16.jsonl"
+expect 2 "import of a UTF-16 file" -- "$celtune" db --db "$tmp/u16.sqlite" import "$tmp/utf16.jsonl"
+contains err "a NUL byte in JSON text (JSON is UTF-8 text: a UTF-16 file holds one" "the refusal says what a NUL means"
 # A database given where JSON lines belong read as "a NUL byte in JSON text".
 "$celtune" db --db "$tmp/a.sqlite" export >"$tmp/a_before.jsonl"
 expect 2 "import of an SQLite database" -- "$celtune" db --db "$tmp/a.sqlite" import "$tmp/b.sqlite"

@@ -82,6 +82,8 @@ std::vector<int64_t> parse_tokens(const std::string& s) {
     return out;
   }
   for (const auto& part : split(s, ',')) {
+    // "5," read "malformed token count ''", naming nothing; --dtype's list says this.
+    if (part.empty()) fail_usage("an empty item in token list '" + s + "': expected counts, comma-separated");
     const int64_t n = parse_i64(part, "token count");
     if (n <= 0) fail_usage("token count must be positive, got " + part);
     out.push_back(n);
@@ -112,6 +114,9 @@ CLI::Validator representable_real() {
         char* end = nullptr;
         errno = 0;
         const double x = std::strtod(v.c_str(), &end);
+        // Decimal, as every whole-number option is: strtod took 0x1p-1 as 0.5
+        // where --vocab 0x1f4 is refused.
+        if (v.find_first_of("xX") != std::string::npos) return "expected a decimal number, got " + v;
         // Text that is no number is left to the option's own conversion and check.
         if (v.empty() || *end != '\0' || errno != ERANGE) return {};
         // 1e-400 read as 0 turned a softcap or a z-loss off without a word, and

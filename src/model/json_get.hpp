@@ -66,7 +66,8 @@ inline std::string json_error_text(const nlohmann::json::exception& e) {
 // stack at a depth the parser itself takes.
 inline constexpr int kMaxJsonDepth = 32;
 inline nlohmann::json parse_json_strict(const std::string& text) {
-  if (text.find('\0') != std::string::npos) fail_usage("a NUL byte in JSON text");
+  if (text.find('\0') != std::string::npos)
+    fail_usage("a NUL byte in JSON text (JSON is UTF-8 text: a UTF-16 file holds one beside every ASCII character)");
   std::vector<std::set<std::string>> open;  // the keys seen, per enclosing object
   return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
     using E = nlohmann::json::parse_event_t;

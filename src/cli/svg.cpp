@@ -33,7 +33,7 @@ std::string esc(const std::string& s) {
 }
 
 // A bar's value: two decimals, the precision a speedup is read at ("%.3g"
-// printed 1.0 as "1"), and no more digits than the bar is wide for at 1000.
+// printed 1.0 as "1"); from 1000 up, three digits and an exponent, to stay short.
 std::string num(double v) {
   char b[32];
   std::snprintf(b, sizeof b, v >= 1000 ? "%.3g" : "%.2f", v);
@@ -152,12 +152,14 @@ std::string bar_chart(const std::string& title, const std::string& y_label, cons
   // high, stand kMinSlot·sin 60° apart; a fixed width had 120 bars' labels
   // 5 px apart, over each other, and the longest ran off the bottom.
   constexpr double kMinSlot = 18, kLabelCharPx = 6.7, kSin60 = 0.866;
-  size_t longest = 0;
+  size_t longest = 0;  // characters: UTF-8 lead bytes
   for (const auto& l : labels)
     longest = std::max<size_t>(longest, std::count_if(l.begin(), l.end(), [](char ch) { return (ch & 0xc0) != 0x80; }));
+  // In double, capped, then int: a canvas past 10^7 pixels is no picture anyway.
+  auto px = [](double v) { return static_cast<int>(std::min(std::ceil(v), 1e7)); };
   Canvas c;
-  c.w = std::max(kW, kLeft + kRight + static_cast<int>(std::ceil(kMinSlot * double(values.size()))));
-  c.bottom = std::max(kBottom, 14 + static_cast<int>(std::ceil(kLabelCharPx * kSin60 * double(longest))) + 16);
+  c.w = std::max(kW, kLeft + kRight + px(kMinSlot * double(values.size())));
+  c.bottom = std::max(kBottom, 14 + px(kLabelCharPx * kSin60 * double(longest)) + 16);
   c.h = kH - kBottom + c.bottom;
   std::ostringstream o;
   frame(o, c, title, y_label, ax);

@@ -27,6 +27,10 @@
  *
  * Threads: a context may be shared by threads; calls on one context are
  * serialised by a lock inside it. For concurrency, use one context per thread.
+ * Fork: a child process may use a CPU context (inherited or new) after its
+ * parent's calls; the thread that forked runs the CPU backend's parallel loops
+ * on itself there (OpenMP's pool of that thread has no workers in the child),
+ * other threads of the child as usual. A CUDA context does not survive fork.
  * Errors: every call returns a status; celtune_last_error(ctx) says why (each
  * thread reads its own). A target outside [0, V) that is not ignore_index is
  * not an error status: its token is treated as ignored and the first such

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <omp.h>
+#include <pthread.h>
 
 #include "celtune/celtune.h"
 #include "kernels/backend.hpp"
@@ -78,10 +80,20 @@ thread_local char t_create_error[1024] = "";
 
 celtune_status remember_create(celtune_status st, const char* message) {
   const std::string m = st == CELTUNE_OK ? std::string() : printable_message(message);
-  size_t n = std::min(m.size(), sizeof t_create_error - 1);
-  while (n > 0 && n < m.size() && (static_cast<unsigned char>(m[n]) & 0xc0) == 0x80) --n;  // a whole character
+  // Cut where the buffer ends, on a whole character and a whole \xNN escape
+  // (one cut in \xf gave a garbled end), and say so with an ellipsis.
+  static constexpr std::string_view kCut = "\u2026";
+  const size_t cap = sizeof t_create_error - 1;
+  size_t n = m.size() <= cap ? m.size() : cap - kCut.size();
+  if (n < m.size()) {
+    while (n > 0 && (static_cast<unsigned char>(m[n]) & 0xc0) == 0x80) --n;  // a whole character
+    for (size_t k = n >= 3 ? n - 3 : 0; k < n; ++k)
+      if (m[k] == '\\' && k + 4 > n) n = k;  // a whole escape
+  }
   std::memcpy(t_create_error, m.data(), n);
-  t_create_error[n] = '\0';
+  const size_t cut = n < m.size() ? kCut.size() : 0;
+  std::memcpy(t_create_error + n, kCut.data(), cut);
+  t_create_error[n + cut] = '\0';
   return st;
 }
 
@@ -432,6 +444,27 @@ void write_losses(const Problem& p, const HostOutputs& out, float* loss, float* 
   (void)p;
 }
 
+// A process forked after this thread ran CPU-backend calls: the child inherits
+// the thread's OpenMP pool without its worker threads, and libgomp's next
+// parallel region from that thread waits for them forever (a helper's probe:
+// the child's first celtune_flce hung in GOMP_parallel, as Python's
+// multiprocessing would with its fork start). In the child that one thread
+// runs its parallel regions on itself; a thread the child starts makes a pool
+// of its own, as any new thread does.
+thread_local bool t_ran_openmp = false;
+bool g_forked_from_openmp_thread = false;  // written in the forking thread only, between its handlers
+
+HostOutputs run_on_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const HostCase& in) {
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] {
+    ::pthread_atfork([] { g_forked_from_openmp_thread = t_ran_openmp; }, nullptr, [] {
+      if (g_forked_from_openmp_thread) omp_set_num_threads(1);
+    });
+  });
+  t_ran_openmp = true;
+  return cpu.run(p, c, in);
+}
+
 void run_flce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const celtune_flce_args& a) {
   need_losses(a.loss, a.token_loss, a.lse);
   if (p.mode == Mode::forward_backward) {
@@ -444,7 +477,7 @@ void run_flce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const c
   in.w = read_host(a.w, vh, p.dtype, "w");
   if (p.bias) in.b = read_host(a.bias, static_cast<size_t>(p.vocab), p.dtype, "bias");
   const int64_t bad = read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, in);
-  const HostOutputs out = cpu.run(p, c, in);
+  const HostOutputs out = run_on_cpu(cpu, p, c, in);
   write_losses(p, out, a.loss, a.token_loss, a.lse);
   if (a.bad_target) *a.bad_target = bad;
   if (p.mode == Mode::forward_backward) {
@@ -460,7 +493,7 @@ void run_ce_cpu(Backend& cpu, const Problem& p, const KernelConfig& c, const cel
   HostCase in;
   in.logits = read_host(a.logits, element_count(p.tokens, p.vocab, "logits"), p.dtype, "logits");
   const int64_t bad = read_targets_and_grads(p, a.targets, a.grad_scale, a.grad_tokens, in);
-  const HostOutputs out = cpu.run(p, c, in);
+  const HostOutputs out = run_on_cpu(cpu, p, c, in);
   write_losses(p, out, a.loss, a.token_loss, a.lse);
   if (a.bad_target) *a.bad_target = bad;
   // dz may equal logits (in place): the logits were copied into `in` above.

@@ -4,12 +4,17 @@
 #include <doctest/doctest.h>
 
 #include <bit>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "celtune/celtune.h"
 #include "kernels/cpu/cpu_backend.hpp"
@@ -30,6 +35,29 @@ std::vector<float> from_bits(const std::vector<uint16_t>& b, DType t) {
   for (size_t k = 0; k < b.size(); ++k) v[k] = half_bits_to_float(t, b[k]);
   return v;
 }
+
+// An fp32 forward+backward flce call on host buffers: x 0.5, w 0.25, targets
+// i mod V, every output 7 (so an untouched one shows), mean reduction.
+struct Fp32Flce {
+  int64_t N, H, V;
+  std::vector<float> x, w, dx, dw, tl, lse;
+  std::vector<int64_t> t;
+  float loss = 7.0f, g = 1.0f;
+  Fp32Flce(int64_t n, int64_t h, int64_t v)
+      : N(n), H(h), V(v), x(size_t(n * h), 0.5f), w(size_t(v * h), 0.25f), dx(size_t(n * h), 7.0f),
+        dw(size_t(v * h), 7.0f), tl(size_t(n), 7.0f), lse(size_t(n), 7.0f), t(size_t(n)) {
+    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = i % v;
+  }
+  celtune_flce_args args() {
+    celtune_flce_args a{};
+    a.tokens = N, a.hidden = H, a.vocab = V, a.dtype = CELTUNE_FP32, a.target_dtype = CELTUNE_INT64;
+    celtune_loss_defaults(&a.options);
+    a.mode = CELTUNE_FORWARD_BACKWARD;
+    a.x = x.data(), a.w = w.data(), a.targets = t.data(), a.grad_scale = &g;
+    a.loss = &loss, a.token_loss = tl.data(), a.lse = lse.data(), a.dx = dx.data(), a.dw = dw.data();
+    return a;
+  }
+};
 
 }  // namespace
 
@@ -98,6 +126,43 @@ TEST_CASE("CPU context: flce through the C API equals the CPU backend, bit for b
   }
 }
 
+TEST_CASE("CPU context: a process forked after CPU calls makes them too (the forking thread's OpenMP pool)") {
+  // The child inherits this thread's OpenMP pool without its worker threads:
+  // libgomp's next parallel region from the thread waited for them forever (a
+  // helper's probe; Python's multiprocessing forks so). Four threads make a
+  // pool with workers on any machine.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(4);
+  Fp32Flce f(64, 32, 2000);
+  for (size_t i = 0; i < f.x.size(); ++i) f.x[i] = std::sin(0.37f * float(i));
+  for (size_t i = 0; i < f.w.size(); ++i) f.w[i] = std::cos(0.11f * float(i));
+  celtune_flce_args a = f.args();
+  celtune_context* ctx = nullptr;
+  REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
+  REQUIRE(celtune_flce(ctx, &a, nullptr) == CELTUNE_OK);
+  const float parent_loss = f.loss;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(60);  // hung: SIGALRM ends the child, and the parent says so
+    celtune_context* fresh = nullptr;
+    float l1 = -1, l2 = -1;
+    a.loss = &l1;
+    bool ok = celtune_flce(ctx, &a, nullptr) == CELTUNE_OK && l1 == parent_loss;
+    a.loss = &l2;
+    ok = ok && celtune_create_cpu(&fresh, "") == CELTUNE_OK && celtune_flce(fresh, &a, nullptr) == CELTUNE_OK &&
+         l2 == parent_loss;
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK_MESSAGE(!WIFSIGNALED(status), "the child was ended by signal " << WTERMSIG(status) << " (" << SIGALRM
+                                                                         << ": it hung)");
+  CHECK_MESSAGE((WIFEXITED(status) && WEXITSTATUS(status) == 0), "the child's calls failed or differed");
+  celtune_destroy(ctx);
+  omp_set_num_threads(threads);
+}
+
 TEST_CASE("CPU context: ce in place, config lookup with tags, struct sizes for bindings") {
   celtune_context* ctx = nullptr;
   REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
@@ -143,16 +208,12 @@ TEST_CASE("CPU context: an output sharing memory with another buffer is refused,
   // sixty-second session); on a GPU a dX over X is read back as X.
   celtune_context* ctx = nullptr;
   REQUIRE(celtune_create_cpu(&ctx, "") == CELTUNE_OK);
-  const int64_t N = 6, H = 8, V = 40;
-  std::vector<float> x(N * H, 0.5f), w(V * H, 0.25f), dx(N * H, 7.0f), dw(V * H, 7.0f), tl(N, 7.0f), lse(N, 7.0f);
-  std::vector<int64_t> t = {0, 1, 2, 3, 4, 5};
-  float loss = 7.0f, g = 1.0f;
-  celtune_flce_args a{};
-  a.tokens = N, a.hidden = H, a.vocab = V, a.dtype = CELTUNE_FP32, a.target_dtype = CELTUNE_INT64;
-  celtune_loss_defaults(&a.options);
-  a.mode = CELTUNE_FORWARD_BACKWARD;
-  a.x = x.data(), a.w = w.data(), a.targets = t.data(), a.grad_scale = &g;
-  a.loss = &loss, a.token_loss = tl.data(), a.lse = lse.data(), a.dx = dx.data(), a.dw = dw.data();
+  Fp32Flce f(6, 8, 40);
+  const int64_t N = f.N, V = f.V;
+  auto &x = f.x, &dx = f.dx, &dw = f.dw, &tl = f.tl, &lse = f.lse;
+  auto& t = f.t;
+  float &loss = f.loss, &g = f.g;
+  const celtune_flce_args a = f.args();
   auto refused = [&](celtune_flce_args b, const char* what) {
     CAPTURE(what);
     CHECK(celtune_flce(ctx, &b, nullptr) == CELTUNE_ERROR_INVALID_ARGUMENT);

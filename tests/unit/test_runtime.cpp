@@ -680,6 +680,18 @@ TEST_CASE("CELTUNE_MAX_SCRATCH: the default keeps to it, a stored row over it is
     CHECK(ctx == nullptr);
     CHECK(std::string(celtune_last_error(nullptr)).find("CELTUNE_MAX_SCRATCH") != std::string::npos);
   }
+  // A message past the creation buffer (1023 bytes) is cut on a whole \xNN
+  // escape and says so: 600 bytes 0xff, escaped to 2400, ended "\xff\x'".
+  for (size_t pad = 0; pad < 4; ++pad) {
+    CAPTURE(pad);
+    REQUIRE(setenv("CELTUNE_MAX_SCRATCH", (std::string(pad, 'a') + std::string(600, '\xff')).c_str(), 1) == 0);
+    celtune_context* ctx = nullptr;
+    CHECK(celtune_create_cpu(&ctx, path.c_str()) == CELTUNE_ERROR_INVALID_ARGUMENT);
+    const std::string m = celtune_last_error(nullptr);
+    REQUIRE(m.size() > 8);
+    CHECK(m.size() <= 1023);
+    CHECK(m.ends_with("\\xff\u2026"));
+  }
   unsetenv("CELTUNE_MAX_SCRATCH");
   {
     celtune_context* ctx = nullptr;

@@ -69,7 +69,8 @@ Axis nice_axis(double lo, double hi) {
 // 100) printed the ticks 162.2, 162.4, ... as "162" each.
 std::string tick_label(double v, double step) {
   int decimals = static_cast<int>(std::max(0.0, -std::floor(std::log10(step) + 1e-9)));
-  if (std::fabs(step / std::pow(10.0, -decimals) - std::round(step / std::pow(10.0, -decimals))) > 1e-6) ++decimals;
+  const double in_units = step * std::pow(10.0, decimals);  // 2.5 needs one decimal more
+  if (std::fabs(in_units - std::round(in_units)) > 1e-6) ++decimals;
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", std::min(decimals, 15), std::fabs(v) < step * 1e-9 ? 0.0 : v);
   return b;
